@@ -1,0 +1,28 @@
+// twin-run's command line: one options struct per command, bound by
+// setup_*() and executed by run_*() (the CLI11 subcommand pattern).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "twins/plan.h"
+
+namespace app {
+
+// The default command: run a list of twin pairs.
+struct RunFlags {
+  twins::PlanRequest plan;  // scalar fields bound directly
+  // Comma-separated lists, parsed strictly into `plan` by run_run.
+  std::string opts, twins, init_seeds = "42", twin_seeds,
+                            noise_scales = "1e-7";
+  std::string out;   // results file; empty = a new file under runs/
+  bool quiet = false;
+  int threads = 1;   // LibTorch intra-op (and OpenBLAS) threads
+  bool list_optimizers = false;
+};
+
+void setup_run(CLI::App& app, RunFlags& flags);
+int run_run(const RunFlags& flags);
+
+}  // namespace app

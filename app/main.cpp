@@ -1,0 +1,48 @@
+// twin-run: trains attention-twin pairs (PROTOCOL.md) and reports how far the
+// two copies drift apart. Parses flags and hands over to the twins library;
+// turns any error into one line on stderr and a non-zero exit.
+#include <c10/util/Exception.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "app/cli.h"
+
+namespace {
+
+// The first line of an error message (LibTorch appends backtraces).
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App cli{
+      "twin-run: train two copies of a small transformer that compute the "
+      "same function (one with each head's W_Q, W_K rotated by a random "
+      "orthogonal matrix) in lockstep, and measure whether the optimizer "
+      "keeps them together."};
+  // Errors are one line: the message and where to look.
+  cli.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("twin-run: error: ") + e.what() + " (see --help)\n";
+  });
+  app::RunFlags run_flags;
+  app::setup_run(cli, run_flags);
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e);
+  }
+  try {
+    return app::run_run(run_flags);
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "twin-run: error: %s\n",
+                 first_line(e.what_without_backtrace()).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "twin-run: error: %s\n", first_line(e.what()).c_str());
+  }
+  return 1;
+}

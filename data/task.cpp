@@ -1,0 +1,42 @@
+#include "data/task.h"
+
+#include <cctype>
+
+#include "data/modular.h"
+
+namespace data {
+
+namespace {
+
+// p^2 examples are materialised; beyond this the split alone is gigabytes.
+constexpr int64_t kMaxModulus = 4096;
+
+// "mod<p>" -> p, or -1 when `name` is not of that form.
+int64_t parse_modulus(const std::string& name) {
+  if (name.size() < 4 || name.compare(0, 3, "mod") != 0) return -1;
+  if (name.size() > 12) return -1;  // keeps p^2 far from overflow
+  int64_t p = 0;
+  for (size_t i = 3; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+    p = p * 10 + (name[i] - '0');
+  }
+  return p <= kMaxModulus ? p : -1;
+}
+
+}  // namespace
+
+std::string task_family(const std::string& name) {
+  TORCH_CHECK(parse_modulus(name) >= 2, "Unknown task: '", name,
+              "' (expected mod<p> with 2 <= p <= ", kMaxModulus,
+              ", e.g. mod47)");
+  return "mod";
+}
+
+std::unique_ptr<Task> make_task(const TaskOptions& options) {
+  task_family(options.name);  // throws for an unknown name
+  const int64_t p = parse_modulus(options.name);
+  return std::make_unique<ModularAddition>(p, options.data_seed,
+                                           options.device);
+}
+
+}  // namespace data

@@ -1,0 +1,203 @@
+#include "model/transformer.h"
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <string>
+
+namespace model {
+
+namespace F = torch::nn::functional;
+
+void ModelConfig::validate() const {
+  TORCH_CHECK(depth >= 1, "Invalid depth: ", depth, " (must be >= 1)");
+  TORCH_CHECK(d_model >= 1, "Invalid d_model: ", d_model, " (must be >= 1)");
+  TORCH_CHECK(heads >= 1, "Invalid heads: ", heads, " (must be >= 1)");
+  TORCH_CHECK(d_model % heads == 0, "Invalid shape: d_model ", d_model,
+              " is not divisible by heads ", heads);
+  TORCH_CHECK(mlp >= 1, "Invalid mlp width: ", mlp, " (must be >= 1)");
+  TORCH_CHECK(vocab_in >= 1 && vocab_out >= 1, "Invalid vocabulary: ",
+              vocab_in, " in, ", vocab_out, " out");
+  TORCH_CHECK(n_ctx >= 1, "Invalid context length: ", n_ctx);
+}
+
+// ---------------------------------------------------------------------------
+// RMSNorm
+
+RMSNormImpl::RMSNormImpl(int64_t d) : sqrt_d_(std::sqrt(double(d))) {
+  gain = register_parameter("gain", torch::ones({d}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // No epsilon (PROTOCOL §3): a zero residual vector never occurs here.
+  return x / x.norm(2, {-1}, /*keepdim=*/true) * sqrt_d_ * gain;
+}
+
+// ---------------------------------------------------------------------------
+// Attention
+
+AttentionImpl::AttentionImpl(int64_t d_model, int64_t heads, bool causal)
+    : heads_(heads), causal_(causal) {
+  auto linear = [&](const char* name) {
+    return register_module(
+        name, torch::nn::Linear(
+                  torch::nn::LinearOptions(d_model, d_model).bias(false)));
+  };
+  // Build order W_Q, W_K, W_V, W_O (PROTOCOL §3).
+  wq = linear("wq");
+  wk = linear("wk");
+  wv = linear("wv");
+  wo = linear("wo");
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x,
+                                     bool last_query) {
+  const int64_t B = x.size(0), T = x.size(1), d = x.size(2);
+  const int64_t hd = d / heads_;
+  auto split = [&](const torch::Tensor& t) {  // (B, T', d) -> (B, nh, T', hd)
+    return t.view({B, t.size(1), heads_, hd}).transpose(1, 2);
+  };
+  torch::Tensor xq = last_query ? x.narrow(1, T - 1, 1) : x;
+  torch::Tensor q = split(wq(xq));  // (B, nh, Tq, hd)
+  torch::Tensor k = split(wk(x));   // (B, nh, T, hd)
+  torch::Tensor v = split(wv(x));   // (B, nh, T, hd)
+  torch::Tensor att =
+      torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
+  if (causal_ && !last_query) {  // the last query sees every position anyway
+    auto mask = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)
+                                        .device(x.device()))
+                    .triu(1);
+    att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
+  }
+  att = torch::softmax(att, -1);
+  torch::Tensor y = torch::matmul(att, v);  // (B, nh, Tq, hd)
+  y = y.transpose(1, 2).reshape({B, xq.size(1), d});  // (B, Tq, d)
+  return wo(y);
+}
+
+// ---------------------------------------------------------------------------
+// Block
+
+BlockImpl::BlockImpl(int64_t d_model, int64_t heads, int64_t mlp,
+                     bool causal) {
+  // Build order norm1, attention (W_Q, W_K, W_V, W_O), norm2, W1, W2.
+  norm1 = register_module("norm1", RMSNorm(d_model));
+  attn = register_module("attn", Attention(d_model, heads, causal));
+  norm2 = register_module("norm2", RMSNorm(d_model));
+  w1 = register_module(
+      "w1",
+      torch::nn::Linear(torch::nn::LinearOptions(d_model, mlp).bias(false)));
+  w2 = register_module(
+      "w2",
+      torch::nn::Linear(torch::nn::LinearOptions(mlp, d_model).bias(false)));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, bool last_only) {
+  // With last_only only the last position leaves the block: (B, 1, d).
+  torch::Tensor a = attn(norm1(x), last_only);
+  torch::Tensor h = (last_only ? x.narrow(1, x.size(1) - 1, 1) : x) + a;
+  return h + w2(F::silu(w1(norm2(h))));
+}
+
+// ---------------------------------------------------------------------------
+// Transformer
+
+TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg) {
+  cfg_.validate();
+  const int64_t d = cfg.d_model;
+  tok_emb = register_parameter("tok_emb", torch::randn({cfg.vocab_in, d}));
+  pos_emb =
+      register_parameter("pos_emb", torch::randn({1, cfg.n_ctx, d}) * 0.02);
+  for (int64_t l = 0; l < cfg.depth; ++l) {
+    blocks.push_back(register_module(
+        "block" + std::to_string(l),
+        Block(d, cfg.heads, cfg.mlp, cfg.causal)));
+  }
+  norm_f = register_module("norm_f", RMSNorm(d));
+  head = register_module(
+      "head", torch::nn::Linear(
+                  torch::nn::LinearOptions(d, cfg.vocab_out).bias(false)));
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
+  TORCH_CHECK(tokens.dim() == 2, "tokens must be (B, T), got ",
+              tokens.sizes());
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  TORCH_CHECK(T <= cfg_.n_ctx, "sequence length ", T, " exceeds n_ctx ",
+              cfg_.n_ctx);
+  torch::Tensor x;
+  if (tokens.is_cuda()) {
+    // A one-hot matmul: its backward is a matmul, deterministic on CUDA,
+    // unlike the index_add behind an embedding lookup's backward.
+    x = torch::matmul(F::one_hot(tokens, cfg_.vocab_in).to(tok_emb.dtype()),
+                      tok_emb);  // (B, T, d)
+  } else {
+    x = tok_emb.index_select(0, tokens.reshape({-1}))
+            .view({B, T, cfg_.d_model});  // (B, T, d)
+  }
+  x = x + pos_emb.narrow(1, 0, T);
+  for (size_t l = 0; l < blocks.size(); ++l) {
+    // In the last block of a last-position model only the last query matters.
+    const bool last = cfg_.last_only && l + 1 == blocks.size();
+    x = blocks[l]->forward(x, last);
+  }
+  x = norm_f(x);
+  if (cfg_.last_only) x = x.squeeze(1);  // (B, d)
+  return head(x);
+}
+
+torch::Tensor TransformerImpl::query_block(int64_t layer, int64_t head) const {
+  const int64_t hd = cfg_.head_dim();
+  return blocks.at(layer)->attn->wq->weight.narrow(0, head * hd, hd);
+}
+
+torch::Tensor TransformerImpl::key_block(int64_t layer, int64_t head) const {
+  const int64_t hd = cfg_.head_dim();
+  return blocks.at(layer)->attn->wk->weight.narrow(0, head * hd, hd);
+}
+
+std::vector<torch::Tensor> TransformerImpl::matrix_parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& b : blocks) {
+    for (const auto& w : {b->attn->wq->weight, b->attn->wk->weight,
+                          b->attn->wv->weight, b->attn->wo->weight,
+                          b->w1->weight, b->w2->weight}) {
+      out.push_back(w);
+    }
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> TransformerImpl::other_parameters() const {
+  std::vector<torch::Tensor> out{tok_emb, pos_emb};
+  for (const auto& b : blocks) {
+    out.push_back(b->norm1->gain);
+    out.push_back(b->norm2->gain);
+  }
+  out.push_back(norm_f->gain);
+  out.push_back(head->weight);
+  return out;
+}
+
+Transformer build(const ModelConfig& cfg, uint64_t init_seed,
+                  torch::Dtype dtype, const torch::Device& device) {
+  // The initialisers draw from the global generator: serialise builds so
+  // that pairs run on concurrent threads still get their seed's weights.
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  torch::manual_seed(init_seed);
+  Transformer m(cfg);
+  m->to(device, dtype);
+  return m;
+}
+
+void copy_parameters(const Transformer& from, Transformer& to) {
+  torch::NoGradGuard no_grad;
+  auto src = from->parameters();
+  auto dst = to->parameters();
+  TORCH_CHECK(src.size() == dst.size(), "copy_parameters: ", src.size(),
+              " vs ", dst.size(), " parameters");
+  for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+}
+
+}  // namespace model

@@ -1,0 +1,98 @@
+// The transformer of PROTOCOL.md §3: pre-norm, RMSNorm without epsilon,
+// multi-head attention whose heads are row blocks of W_Q / W_K / W_V,
+// SiLU MLP, no biases and no qk-norm (either would break the exact gauge).
+//
+// Construction order is the protocol's: embedding, positional, then per
+// layer norm1, W_Q, W_K, W_V, W_O, norm2, W1, W2, then final norm and head, so
+// torch::manual_seed(s) before construction gives the weights of the same
+// model built in that order in PyTorch.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "model/config.h"
+
+namespace model {
+
+// x / ||x||_2 * sqrt(d) * g along the last dimension, g initialised to 1.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  explicit RMSNormImpl(int64_t d);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor gain;
+
+ private:
+  double sqrt_d_;
+};
+TORCH_MODULE(RMSNorm);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(int64_t d_model, int64_t heads, bool causal);
+  // x: (B, T, d) -> (B, T, d). With last_query the queries (and the output)
+  // are those of the last position only: (B, 1, d).
+  torch::Tensor forward(const torch::Tensor& x, bool last_query = false);
+
+  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+
+ private:
+  int64_t heads_;
+  bool causal_;
+};
+TORCH_MODULE(Attention);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  BlockImpl(int64_t d_model, int64_t heads, int64_t mlp, bool causal);
+  torch::Tensor forward(const torch::Tensor& x, bool last_only = false);
+
+  RMSNorm norm1{nullptr};
+  Attention attn{nullptr};
+  RMSNorm norm2{nullptr};
+  torch::nn::Linear w1{nullptr}, w2{nullptr};
+};
+TORCH_MODULE(Block);
+
+class TransformerImpl : public torch::nn::Module {
+ public:
+  explicit TransformerImpl(const ModelConfig& cfg);
+
+  // tokens: (B, T) int64 with T <= n_ctx. Returns (B, vocab_out) logits when
+  // cfg.last_only, else (B, T, vocab_out).
+  torch::Tensor forward(const torch::Tensor& tokens);
+
+  const ModelConfig& config() const { return cfg_; }
+
+  // Rows h*hd..(h+1)*hd of W_Q / W_K of `layer`: views into the weights, so
+  // in-place writes under NoGradGuard change the model.
+  torch::Tensor query_block(int64_t layer, int64_t head) const;
+  torch::Tensor key_block(int64_t layer, int64_t head) const;
+
+  // W_Q, W_K, W_V, W_O, W1, W2 of every layer (what Muon updates), in build
+  // order; and everything else (embedding, positional, gains, head).
+  std::vector<torch::Tensor> matrix_parameters() const;
+  std::vector<torch::Tensor> other_parameters() const;
+
+  torch::Tensor tok_emb;  // (vocab_in, d)
+  torch::Tensor pos_emb;  // (1, n_ctx, d)
+  std::vector<Block> blocks;
+  RMSNorm norm_f{nullptr};
+  torch::nn::Linear head{nullptr};
+
+ private:
+  ModelConfig cfg_;
+};
+TORCH_MODULE(Transformer);
+
+// Builds the model of PROTOCOL.md §3: seeded on CPU in float32, then cast to
+// `dtype` and moved to `device`.
+Transformer build(const ModelConfig& cfg, uint64_t init_seed,
+                  torch::Dtype dtype, const torch::Device& device);
+
+// Copies every parameter of `from` into `to` (same config) in place.
+void copy_parameters(const Transformer& from, Transformer& to);
+
+}  // namespace model

@@ -1,0 +1,55 @@
+// Shared plumbing for the project's optimizers: the per-parameter state map
+// of torch::optim::Optimizer is keyed differently across LibTorch releases
+// (a string of the TensorImpl address in 1.13, the address itself in 2.x);
+// this is the one place that knows.
+#pragma once
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <memory>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace optim {
+
+class StatefulOptimizer : public torch::optim::Optimizer {
+ protected:
+  using torch::optim::Optimizer::Optimizer;
+
+  static auto state_key(const torch::Tensor& p) {
+#if TORCH_VERSION_MAJOR < 2
+    return c10::guts::to_string(p.unsafeGetTensorImpl());
+#else
+    return static_cast<void*>(p.unsafeGetTensorImpl());
+#endif
+  }
+
+  // The state of `p`, created by `init()` (returning unique_ptr<State>) on
+  // first use.
+  template <class State, class Init>
+  State& state_for(const torch::Tensor& p, Init&& init) {
+    auto key = state_key(p);
+    auto it = state_.find(key);
+    if (it == state_.end()) {
+      it = state_.insert({key, init()}).first;
+    }
+    return static_cast<State&>(*it->second);
+  }
+};
+
+// TORCH_CHECKs of Adam's constructor: lr >= 0, eps >= 0, betas in [0, 1).
+void check_adam_options(double lr, const std::tuple<double, double>& betas,
+                        double eps);
+
+// One step of LibTorch's torch::optim::Adam (no weight decay, no amsgrad),
+// written op for op as its adam.cpp so that it is bitwise the same; `step`
+// counts from 1. Used where an optimizer needs Adam on some parameters.
+void adam_update_(const torch::Tensor& p, const torch::Tensor& grad,
+                  const torch::Tensor& exp_avg,
+                  const torch::Tensor& exp_avg_sq,
+                  int64_t step, double lr, double beta1, double beta2,
+                  double eps);
+
+}  // namespace optim

@@ -1,0 +1,86 @@
+#include "optim/muon.h"
+
+#include "optim/newton_schulz.h"
+
+namespace optim {
+
+namespace {
+
+void check_muon_options(const MuonOptions& o) {
+  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
+  TORCH_CHECK(0 <= o.momentum() && o.momentum() < 1.0,
+              "Invalid momentum value: ", o.momentum());
+  TORCH_CHECK(o.ns_steps() >= 1, "Invalid Newton-Schulz steps: ",
+              o.ns_steps());
+  check_adam_options(o.adam_lr(), o.adam_betas(), o.adam_eps());
+}
+
+std::vector<torch::optim::OptimizerParamGroup> make_groups(
+    std::vector<torch::Tensor> matrices, std::vector<torch::Tensor> others,
+    const MuonOptions& defaults) {
+  for (const auto& p : matrices) {
+    TORCH_CHECK(p.dim() == 2, "Muon: matrix parameters must be 2-D, got ",
+                p.sizes());
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  // Per-group options replace the defaults whole: give each one in full.
+  groups.emplace_back(std::move(matrices),
+                      std::make_unique<MuonOptions>(
+                          MuonOptions(defaults).use_muon(true)));
+  if (!others.empty()) {
+    groups.emplace_back(std::move(others),
+                        std::make_unique<MuonOptions>(
+                            MuonOptions(defaults).use_muon(false)));
+  }
+  return groups;
+}
+
+}  // namespace
+
+Muon::Muon(std::vector<torch::Tensor> matrices,
+           std::vector<torch::Tensor> others, MuonOptions defaults)
+    : StatefulOptimizer(
+          make_groups(std::move(matrices), std::move(others), defaults),
+          std::make_unique<MuonOptions>(defaults)) {
+  check_muon_options(defaults);
+}
+
+torch::Tensor Muon::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    auto& o = static_cast<MuonOptions&>(group.options());
+    check_muon_options(o);
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const torch::Tensor& grad = p.grad();
+      auto& state = state_for<MuonParamState>(p, [&] {
+        auto s = std::make_unique<MuonParamState>();
+        if (o.use_muon()) {
+          s->momentum_buffer(torch::zeros_like(p));
+        } else {
+          s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        }
+        return s;
+      });
+      state.step(state.step() + 1);
+      if (o.use_muon()) {
+        state.momentum_buffer().mul_(o.momentum()).add_(grad);
+        p.add_(newton_schulz5(state.momentum_buffer(), o.ns_steps()),
+               -o.lr());
+      } else {
+        adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(),
+                     state.step(), o.adam_lr(), std::get<0>(o.adam_betas()),
+                     std::get<1>(o.adam_betas()), o.adam_eps());
+      }
+    }
+  }
+  return loss;
+}
+
+}  // namespace optim

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian 12, as root), then configures and builds
+# twins in Release under build/. Idempotent: a second run only rebuilds what
+# changed. Usage: ./setup.sh [extra cmake -D options]
+set -euo pipefail
+cd "$(dirname "$0")"
+
+packages=(build-essential cmake libtorch-dev libfmt-dev libcli11-dev
+          libgtest-dev nlohmann-json3-dev libopenblas0-pthread)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Without OpenBLAS LibTorch falls back to the reference BLAS (~40x slower).
+if ! update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null |
+    grep -q '^Value: .*openblas'; then
+  echo "setup: warning: libblas.so.3 does not point to OpenBLAS" >&2
+fi
+
+if [[ ! -f build/CMakeCache.txt ]]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@"
+elif (($#)); then
+  cmake -S . -B build "$@"
+fi
+cmake --build build -j "$(nproc)"

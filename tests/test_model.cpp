@@ -1,0 +1,129 @@
+// model/: the transformer computes the same function under the head gauge,
+// builds deterministically from a seed, and exposes the right blocks.
+#include <gtest/gtest.h>
+
+#include "helpers.h"
+#include "model/loss.h"
+#include "twins/gauge.h"
+#include "twins/metrics.h"
+
+namespace {
+
+using testing_helpers::tiny_mod_config;
+
+// Relative logit difference between a model and its gauge-rotated copy on
+// every mod-47 input, at initialisation.
+double gauge_logit_gap(torch::Dtype dtype) {
+  data::ModularAddition task(47, 42, torch::kCPU);
+  model::ModelConfig cfg;  // the mod47 defaults: 2L d64 4 heads mlp 256
+  auto m1 = model::build(cfg, 42, dtype, torch::kCPU);
+  auto m2 = model::build(cfg, 42, dtype, torch::kCPU);
+  twins::apply_twin(m2, twins::TwinKind::kGauge, 777, 0);
+  torch::NoGradGuard no_grad;
+  const auto& x = task.validation().x;
+  return twins::relative_distance(m1->forward(x), m2->forward(x));
+}
+
+TEST(Model, GaugeLeavesFunctionUnchangedAtInitFloat64) {
+  const double gap = gauge_logit_gap(torch::kDouble);
+  EXPECT_LE(gap, 1e-12);
+  EXPECT_GT(gap, 0.0);  // the rotation did change the weights' bits
+}
+
+TEST(Model, GaugeLeavesFunctionUnchangedAtInitFloat32) {
+  EXPECT_LE(gauge_logit_gap(torch::kFloat), 1e-5);
+}
+
+TEST(Model, GaugeChangesTheWeightsItRotates) {
+  auto cfg = tiny_mod_config();
+  auto m1 = model::build(cfg, 1, torch::kDouble, torch::kCPU);
+  auto m2 = model::build(cfg, 1, torch::kDouble, torch::kCPU);
+  twins::apply_twin(m2, twins::TwinKind::kGauge, 777, 0);
+  for (int64_t l = 0; l < cfg.depth; ++l) {
+    for (int64_t h = 0; h < cfg.heads; ++h) {
+      EXPECT_GT((m1->query_block(l, h) - m2->query_block(l, h)).abs().max()
+                    .item<double>(),
+                1e-3);
+      // ...but the head's product W_Q,h^T W_K,h is the same.
+      auto p1 = m1->query_block(l, h).t().mm(m1->key_block(l, h));
+      auto p2 = m2->query_block(l, h).t().mm(m2->key_block(l, h));
+      EXPECT_LE((p1 - p2).abs().max().item<double>(), 1e-13);
+    }
+    // W_V, W_O and the MLP are untouched.
+    EXPECT_TRUE(torch::equal(m1->blocks[l]->attn->wv->weight,
+                             m2->blocks[l]->attn->wv->weight));
+    EXPECT_TRUE(
+        torch::equal(m1->blocks[l]->w1->weight, m2->blocks[l]->w1->weight));
+  }
+}
+
+TEST(Model, SameSeedSameWeightsOtherSeedOtherWeights) {
+  auto cfg = tiny_mod_config();
+  auto a = model::build(cfg, 5, torch::kFloat, torch::kCPU);
+  auto b = model::build(cfg, 5, torch::kFloat, torch::kCPU);
+  auto c = model::build(cfg, 6, torch::kFloat, torch::kCPU);
+  auto pa = a->parameters(), pb = b->parameters(), pc = c->parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i]));
+  EXPECT_FALSE(torch::equal(a->tok_emb, c->tok_emb));
+}
+
+TEST(Model, InitialisationFollowsProtocolDistributions) {
+  model::ModelConfig cfg;
+  cfg.d_model = 256;
+  cfg.heads = 8;
+  cfg.mlp = 1024;
+  auto m = model::build(cfg, 0, torch::kDouble, torch::kCPU);
+  // N(0,1) embedding, N(0,1)*0.02 positional, U(+-1/sqrt(fan_in)) linears,
+  // unit gains.
+  EXPECT_NEAR(m->tok_emb.std().item<double>(), 1.0, 0.05);
+  EXPECT_NEAR(m->pos_emb.std().item<double>(), 0.02, 0.003);
+  const auto& w1 = m->blocks[0]->w1->weight;  // fan_in 256
+  EXPECT_LE(w1.abs().max().item<double>(), 1.0 / 16.0);
+  EXPECT_GT(w1.abs().max().item<double>(), 0.99 / 16.0);
+  const auto& w2 = m->blocks[0]->w2->weight;  // fan_in 1024
+  EXPECT_LE(w2.abs().max().item<double>(), 1.0 / 32.0);
+  EXPECT_TRUE(torch::equal(m->norm_f->gain, torch::ones({256}, torch::kDouble)));
+  EXPECT_EQ(m->parameters().size(),
+            m->matrix_parameters().size() + m->other_parameters().size());
+  EXPECT_EQ(m->matrix_parameters().size(), 6u * cfg.depth);
+}
+
+TEST(Model, LastPositionShortcutEqualsFullForward) {
+  // The mod model computes only the last query in its last block; the
+  // causal/all-position path must give the same last-position logits.
+  auto cfg = tiny_mod_config();
+  auto m = model::build(cfg, 3, torch::kDouble, torch::kCPU);
+  auto full_cfg = cfg;
+  full_cfg.last_only = false;
+  auto full = model::build(full_cfg, 3, torch::kDouble, torch::kCPU);
+  torch::NoGradGuard no_grad;
+  data::ModularAddition task(11, 42, torch::kCPU);
+  const auto& x = task.validation().x;
+  auto a = m->forward(x);                  // (B, V)
+  auto b = full->forward(x).select(1, 2);  // (B, T, V) -> last position
+  EXPECT_LE((a - b).abs().max().item<double>(), 1e-12);
+}
+
+TEST(Model, RejectsImpossibleShapes) {
+  auto cfg = tiny_mod_config();
+  cfg.d_model = 30;
+  cfg.heads = 4;
+  try {
+    model::Transformer m(cfg);
+    FAIL() << "d_model 30 with 4 heads was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("30"), std::string::npos);
+  }
+}
+
+TEST(Model, CrossEntropyMatchesLibTorch) {
+  torch::manual_seed(0);
+  auto logits = torch::randn({7, 5}, torch::kDouble);
+  auto y = torch::randint(0, 5, {7}, torch::kLong);
+  auto ours = model::cross_entropy(logits, y).item<double>();
+  auto ref = torch::nn::functional::cross_entropy(logits, y).item<double>();
+  EXPECT_NEAR(ours, ref, 1e-14);
+}
+
+}  // namespace

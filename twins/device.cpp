@@ -1,0 +1,68 @@
+#include "twins/device.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace twins {
+
+torch::Device resolve_device(const std::string& name) {
+  if (name == "cpu") return torch::kCPU;
+  TORCH_CHECK(name == "cuda" || name.rfind("cuda:", 0) == 0,
+              "Unknown device: '", name, "' (known: cpu, cuda, cuda:N)");
+  TORCH_CHECK(torch::cuda::is_available(), "--device ", name,
+              ": this build of LibTorch (", TORCH_VERSION,
+              ") has no CUDA support or sees no GPU; rebuild against a CUDA "
+              "LibTorch (scripts/build-cuda.sh) or use --device cpu");
+  torch::Device device(name);  // throws on a malformed index
+  TORCH_CHECK(!device.has_index() ||
+                  device.index() < static_cast<int>(torch::cuda::device_count()),
+              "--device ", name, ": only ", torch::cuda::device_count(),
+              " CUDA device(s) visible");
+  return device;
+}
+
+void configure_determinism(const torch::Device& device) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Any cuBLAS call reads this when its handle is created; setting it
+    // before the first CUDA op makes cuBLAS reductions deterministic.
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  });
+  (void)device;
+}
+
+namespace {
+
+using SetThreadsFn = void (*)(int);
+using GetThreadsFn = int (*)();
+
+// OpenBLAS's entry points, looked up at run time so the build does not
+// depend on which BLAS LibTorch was linked with.
+template <class Fn>
+Fn openblas_symbol(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+}  // namespace
+
+void set_threads(int n) {
+  if (n <= 0) return;
+  torch::set_num_threads(n);
+  if (auto fn = openblas_symbol<SetThreadsFn>("openblas_set_num_threads")) {
+    fn(n);
+  }
+}
+
+ThreadInfo thread_info() {
+  ThreadInfo info;
+  info.torch_threads = torch::get_num_threads();
+  if (auto fn = openblas_symbol<GetThreadsFn>("openblas_get_num_threads")) {
+    info.openblas_threads = fn();
+  }
+  return info;
+}
+
+}  // namespace twins

@@ -1,0 +1,88 @@
+#include "twins/metrics.h"
+
+#include <cmath>
+#include <limits>
+
+#include "model/loss.h"
+
+namespace twins {
+
+double relative_distance(const torch::Tensor& a, const torch::Tensor& b) {
+  torch::Tensor x = a.to(torch::kDouble), y = b.to(torch::kDouble);
+  const double num = (x - y).norm().item<double>();
+  const double den = 0.5 * (x.norm().item<double>() + y.norm().item<double>());
+  if (num == 0) return 0.0;
+  return num / den;
+}
+
+namespace {
+
+// (H, d, d): P_h = W_Q,h^T W_K,h for every head of one layer.
+torch::Tensor head_products(const model::Block& block, int64_t heads) {
+  const auto& wq = block->attn->wq->weight;  // (d, d), rows = heads x hd
+  const auto& wk = block->attn->wk->weight;
+  const int64_t d = wq.size(1), hd = wq.size(0) / heads;
+  torch::Tensor q = wq.view({heads, hd, d});
+  torch::Tensor k = wk.view({heads, hd, d});
+  return torch::bmm(q.transpose(1, 2), k);  // (H, d, d)
+}
+
+}  // namespace
+
+std::vector<double> qk_drift_per_head(const model::Transformer& m1,
+                                      const model::Transformer& m2) {
+  torch::NoGradGuard no_grad;
+  const int64_t heads = m1->config().heads;
+  std::vector<torch::Tensor> per_layer;
+  for (size_t l = 0; l < m1->blocks.size(); ++l) {
+    torch::Tensor p1 = head_products(m1->blocks[l], heads).to(torch::kDouble);
+    torch::Tensor p2 = head_products(m2->blocks[l], heads).to(torch::kDouble);
+    auto n1 = p1.flatten(1).norm(2, {1}), n2 = p2.flatten(1).norm(2, {1});
+    auto diff = (p1 - p2).flatten(1).norm(2, {1});
+    // 0 where the two products are bitwise equal (also when both are 0).
+    per_layer.push_back(
+        torch::where(diff == 0, torch::zeros_like(diff),
+                     diff / (0.5 * (n1 + n2))));
+  }
+  torch::Tensor all = torch::cat(per_layer).cpu();
+  return std::vector<double>(all.data_ptr<double>(),
+                             all.data_ptr<double>() + all.numel());
+}
+
+CurvePoint measure(model::Transformer& m1, model::Transformer& m2,
+                   const data::Task& task, int64_t step) {
+  torch::NoGradGuard no_grad;
+  const data::Batch& val = task.validation();
+  CurvePoint c;
+  c.step = step;
+  torch::Tensor z1 = m1->forward(val.x), z2 = m2->forward(val.x);
+  c.logit_drift = relative_distance(z1, z2);
+  const torch::Tensor* z[2] = {&z1, &z2};
+  for (int i = 0; i < 2; ++i) {
+    c.val_loss[i] = model::cross_entropy(*z[i], val.y).item<double>();
+    c.val_acc[i] =
+        z[i]->argmax(-1).eq(val.y).to(torch::kDouble).mean().item<double>();
+  }
+  std::vector<double> qk = qk_drift_per_head(m1, m2);
+  double sum = 0, mx = 0;
+  for (double v : qk) {
+    sum += v;
+    if (std::isnan(v) || v > mx) mx = v;  // a NaN stays visible
+  }
+  c.qk_drift_mean = sum / double(qk.size());
+  c.qk_drift_max = mx;
+  c.train_loss = {std::numeric_limits<double>::quiet_NaN(),
+                  std::numeric_limits<double>::quiet_NaN()};
+  return c;
+}
+
+std::vector<int64_t> checkpoint_steps(int64_t steps) {
+  std::vector<int64_t> out;
+  for (int64_t s : {0, 1, 10, 50, 100, 300, 600, 1000, 1500, 2000, 3000}) {
+    if (s <= steps) out.push_back(s);
+  }
+  if (out.back() != steps) out.push_back(steps);
+  return out;
+}
+
+}  // namespace twins

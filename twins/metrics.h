@@ -1,0 +1,43 @@
+// Drift metrics of PROTOCOL §6.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <array>
+#include <vector>
+
+#include "data/task.h"
+#include "model/transformer.h"
+
+namespace twins {
+
+// ||a - b||_F / (0.5 (||a||_F + ||b||_F)), in float64; 0 when both are 0.
+double relative_distance(const torch::Tensor& a, const torch::Tensor& b);
+
+// Per head (layer-major), the relative distance between P = W_Q,h^T W_K,h of
+// the two models (d x d each).
+std::vector<double> qk_drift_per_head(const model::Transformer& m1,
+                                      const model::Transformer& m2);
+
+// What one checkpoint records.
+struct CurvePoint {
+  int64_t step = 0;
+  double logit_drift = 0;
+  double qk_drift_mean = 0;
+  double qk_drift_max = 0;
+  std::array<double, 2> val_loss{};  // copy 1, copy 2
+  std::array<double, 2> val_acc{};   // mod task: last-position accuracy
+  // Loss of the training batch of this step (before its update); NaN at
+  // step 0, where no step has run.
+  std::array<double, 2> train_loss{};
+};
+
+// Evaluates both models on the task's validation set.
+CurvePoint measure(model::Transformer& m1, model::Transformer& m2,
+                   const data::Task& task, int64_t step);
+
+// The checkpoint steps: {0, 1, 10, 50, 100, 300, 600, 1000, 1500, 2000,
+// 3000} within [0, steps], plus `steps` itself.
+std::vector<int64_t> checkpoint_steps(int64_t steps);
+
+}  // namespace twins

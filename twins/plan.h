@@ -1,0 +1,45 @@
+// From what the user asked for (lists of optimizers, twins, seeds...) to the
+// fully resolved list of PairSpecs a run executes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "twins/spec.h"
+
+namespace twins {
+
+// Zero / empty fields mean "the task's default".
+struct PlanRequest {
+  std::string task = "mod47";
+  std::vector<std::string> opts;    // empty with twins empty: Table-3 set
+  std::vector<std::string> twins;   // gauge, identity, noise
+  std::vector<uint64_t> init_seeds{42};
+  std::vector<uint64_t> twin_seeds;  // empty: 777 for gauge, 888 for noise
+  std::vector<double> noise_scales{1e-7};
+  int64_t steps = 0;       // 0: 1500 (mod) / 3000 (charlm)
+  double lr = 0;           // 0: the optimizer's default for the task
+  std::string dtype;       // empty: float32 on CPU, float64 on CUDA
+  std::string device = "cpu";
+  int64_t depth = 0;       // 0: 2 (mod) / 6 (charlm)
+  int64_t d_model = 0;     // 0: 64 (mod) / 256 (charlm)
+  int64_t heads = 0;       // 0: 4 (mod) / 8 (charlm)
+  int64_t mlp = 0;         // 0: 4 * d_model
+  uint64_t data_seed = 42;
+  int64_t ctx = 128;       // char-LM context
+  int64_t batch = 32;      // char-LM batch
+  std::string corpus;      // char-LM text file
+};
+
+// The (optimizer, twin) rows of the paper's Table 3.
+std::vector<std::pair<std::string, TwinKind>> table3_rows();
+
+// Expands the request into pairs: for every (opt, twin) row and init seed,
+// every twin seed (gauge and noise twins) and every noise scale (noise
+// twins). Identity twins use neither. Validates every value and throws a
+// one-line message naming it (unknown task/optimizer/twin, impossible shape,
+// non-positive steps or lr, bad dtype or device name).
+std::vector<PairSpec> expand(const PlanRequest& request);
+
+}  // namespace twins

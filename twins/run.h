@@ -1,0 +1,16 @@
+// A run: a list of pairs executed in order, each record appended to the
+// results file as soon as its pair ends.
+#pragma once
+
+#include <vector>
+
+#include "twins/pair.h"
+#include "twins/report.h"
+#include "twins/sink.h"
+
+namespace twins {
+
+std::vector<PairResult> run_pairs(const std::vector<PairSpec>& specs,
+                                  JsonlSink& sink, ProgressPrinter& progress);
+
+}  // namespace twins
