@@ -13,8 +13,9 @@ namespace app {
 void setup_run(CLI::App& app, RunFlags& f) {
   auto& p = f.plan;
   app.add_option("--task", p.task,
-                 "Task: mod<p> = modular addition (a + b) mod p, e.g. mod47 "
-                 "(PROTOCOL §4)")
+                 "Task: mod<p> = modular addition (a + b) mod p, e.g. mod47, "
+                 "full batch; charlm = character LM on tiny-Shakespeare "
+                 "(or --data), minibatches (PROTOCOL §4)")
       ->capture_default_str();
   app.add_option("--opt", f.opts,
                  "Optimizers, comma-separated (see --list-optimizers). "
@@ -36,7 +37,7 @@ void setup_run(CLI::App& app, RunFlags& f) {
                  "comma-separated")
       ->capture_default_str();
   app.add_option("--steps", p.steps,
-                 "Training steps [default: 1500 for mod<p>]")
+                 "Training steps [default: 1500 for mod<p>, 3000 for charlm]")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr", p.lr,
                  "Learning rate for every optimizer of the run [default: "
@@ -48,20 +49,31 @@ void setup_run(CLI::App& app, RunFlags& f) {
   app.add_option("--device", p.device, "cpu, cuda or cuda:N")
       ->capture_default_str();
   app.add_option("--depth", p.depth,
-                 "Transformer blocks [default: 2 for mod<p>]")
+                 "Transformer blocks [default: 2 for mod<p>, 6 for charlm]")
       ->check(CLI::PositiveNumber);
   app.add_option("--d-model", p.d_model,
                  "Residual width d, divisible by --heads [default: 64 for "
-                 "mod<p>]")
+                 "mod<p>, 256 for charlm]")
       ->check(CLI::PositiveNumber);
   app.add_option("--heads", p.heads,
-                 "Attention heads per block [default: 4 for mod<p>]")
+                 "Attention heads per block [default: 4 for mod<p>, 8 for "
+                 "charlm]")
       ->check(CLI::PositiveNumber);
   app.add_option("--mlp", p.mlp, "MLP hidden width [default: 4 x d-model]")
       ->check(CLI::PositiveNumber);
   app.add_option("--data-seed", p.data_seed,
-                 "Seed of the train/validation split generator")
+                 "Seed of the mod<p> split / the charlm batch-stream "
+                 "generator")
       ->capture_default_str();
+  app.add_option("--ctx", p.ctx, "charlm: context length (characters)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch", p.batch, "charlm: windows per training step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--data", p.corpus,
+                 "charlm: UTF-8 text file to train on [default: the shipped "
+                 "data/tinyshakespeare.txt]");
   app.add_option("--out", f.out,
                  "Results file (JSON lines, appended) [default: a new file "
                  "runs/<task>-<date>-<time>.jsonl]");
@@ -156,8 +168,10 @@ int run_run(const RunFlags& f) {
   }
   // Everything is validated before the results file exists.
   const twins::PlanRequest request = plan_request(f);
+  twins::configure_determinism();  // before any CUDA call
   const std::vector<twins::PairSpec> specs = twins::expand(request);
-  twins::configure_determinism(twins::resolve_device(request.device));
+  twins::resolve_device(request.device);
+  twins::check_task(specs.front());  // reads the corpus once, early
   twins::set_threads(f.threads);
 
   twins::JsonlSink sink(f.out.empty()

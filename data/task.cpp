@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "data/charlm.h"
 #include "data/modular.h"
 
 namespace data {
@@ -26,14 +27,21 @@ int64_t parse_modulus(const std::string& name) {
 }  // namespace
 
 std::string task_family(const std::string& name) {
+  if (name == "charlm") return "charlm";
   TORCH_CHECK(parse_modulus(name) >= 2, "Unknown task: '", name,
-              "' (expected mod<p> with 2 <= p <= ", kMaxModulus,
+              "' (expected charlm or mod<p> with 2 <= p <= ", kMaxModulus,
               ", e.g. mod47)");
   return "mod";
 }
 
 std::unique_ptr<Task> make_task(const TaskOptions& options) {
-  task_family(options.name);  // throws for an unknown name
+  if (task_family(options.name) == "charlm") {  // throws for an unknown name
+    const Corpus corpus = Corpus::load(
+        options.corpus.empty() ? default_corpus_path() : options.corpus);
+    return std::make_unique<CharLM>(corpus, options.ctx, options.batch,
+                                    options.steps, options.data_seed,
+                                    options.device);
+  }
   const int64_t p = parse_modulus(options.name);
   return std::make_unique<ModularAddition>(p, options.data_seed,
                                            options.device);

@@ -90,7 +90,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"--device tpu", "tpu"}, BadInput{"--device cuda", "cuda"},
         BadInput{"--threads 0", "0"}, BadInput{"--bogus-flag", "bogus"},
         BadInput{"--init-seed=-3", "-3"}, BadInput{"--twin-seed 7,", "7,"},
-        BadInput{"--depth 0", "0"}, BadInput{"--mlp -4", "-4"}),
+        BadInput{"--depth 0", "0"}, BadInput{"--mlp -4", "-4"},
+        BadInput{"--task charlm --data /nonexistent/corpus.txt",
+                 "/nonexistent/corpus.txt"},
+        BadInput{"--task charlm --ctx 0", "0"},
+        BadInput{"--task charlm --ctx 200000 --depth 1 --d-model 8 "
+                 "--heads 2",
+                 "200000"}),
     [](const ::testing::TestParamInfo<BadInput>& info) {
       // A readable test name from the flags: "--d-model 30" -> d_model_30.
       std::string name;

@@ -23,7 +23,7 @@ torch::Device resolve_device(const std::string& name) {
   return device;
 }
 
-void configure_determinism(const torch::Device& device) {
+void configure_determinism() {
   static std::once_flag once;
   std::call_once(once, [] {
     // Any cuBLAS call reads this when its handle is created; setting it
@@ -31,7 +31,6 @@ void configure_determinism(const torch::Device& device) {
     setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   });
-  (void)device;
 }
 
 namespace {

@@ -14,7 +14,7 @@ torch::Device resolve_device(const std::string& name);
 // Deterministic algorithms on (errors, not warnings, for an op without a
 // deterministic implementation); on CUDA also CUBLAS_WORKSPACE_CONFIG, which
 // must be set before the first cuBLAS call. Idempotent.
-void configure_determinism(const torch::Device& device);
+void configure_determinism();
 
 // LibTorch intra-op threads and, when LibTorch runs on OpenBLAS, OpenBLAS's
 // own pool (LibTorch does not size it). n <= 0 leaves both as they are.

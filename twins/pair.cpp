@@ -90,13 +90,8 @@ model::ModelConfig model_config(const PairSpec& spec,
 
 }  // namespace
 
-PairResult run_pair(const PairSpec& spec, const Progress& progress) {
-  const auto t0 = std::chrono::steady_clock::now();
-  TORCH_CHECK(spec.steps >= 1, "Invalid steps: ", spec.steps,
-              " (must be >= 1)");
-  const torch::Device device = resolve_device(spec.device);
-  configure_determinism(device);
-
+std::unique_ptr<data::Task> make_task(const PairSpec& spec,
+                                      const torch::Device& device) {
   data::TaskOptions topt;
   topt.name = spec.task;
   topt.data_seed = spec.data_seed;
@@ -105,7 +100,20 @@ PairResult run_pair(const PairSpec& spec, const Progress& progress) {
   topt.ctx = spec.ctx;
   topt.batch = spec.batch;
   topt.steps = spec.steps;
-  std::unique_ptr<data::Task> task = data::make_task(topt);
+  return data::make_task(topt);
+}
+
+void check_task(const PairSpec& spec) {
+  make_task(spec, torch::kCPU);
+}
+
+PairResult run_pair(const PairSpec& spec, const Progress& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  TORCH_CHECK(spec.steps >= 1, "Invalid steps: ", spec.steps,
+              " (must be >= 1)");
+  configure_determinism();
+  const torch::Device device = resolve_device(spec.device);
+  std::unique_ptr<data::Task> task = make_task(spec, device);
   const model::ModelConfig cfg = model_config(spec, task->shape());
 
   // Build once, copy twice: both copies start from the same base weights.

@@ -5,9 +5,11 @@
 
 #include <array>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "data/task.h"
 #include "twins/metrics.h"
 #include "twins/spec.h"
 
@@ -25,6 +27,14 @@ struct PairResult {
   double wall_s = 0;                    // seconds for the whole pair
   std::string torch_version;
 };
+
+// The task of `spec` (mod<p> split or char-LM batch stream) on `device`.
+std::unique_ptr<data::Task> make_task(const PairSpec& spec,
+                                      const torch::Device& device);
+
+// Builds the task on CPU and discards it: throws the task's one-line error
+// (unknown task, missing or too short corpus) before anything is written.
+void check_task(const PairSpec& spec);
 
 // Called after each training step with the step number (1..steps).
 using Progress = std::function<void(int64_t step)>;

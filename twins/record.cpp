@@ -35,6 +35,11 @@ nlohmann::json to_json(const PairResult& r) {
   j["dtype"] = dtype_name(s.dtype);
   j["device"] = s.device;
   j["data_seed"] = s.data_seed;
+  if (s.task == "charlm") {
+    j["ctx"] = s.ctx;
+    j["batch"] = s.batch;
+    j["corpus"] = s.corpus.empty() ? "tinyshakespeare" : s.corpus;
+  }
   j["model"] = {{"depth", s.depth},
                 {"d_model", s.d_model},
                 {"heads", s.heads},
