@@ -18,7 +18,7 @@ struct RunFlags {
                             noise_scales = "1e-7";
   std::string out;   // results file; empty = a new file under runs/
   bool quiet = false;
-  int threads = 1;   // LibTorch intra-op (and OpenBLAS) threads
+  int threads = 2;   // 2+: the copies of a pair train concurrently
   bool list_optimizers = false;
 };
 

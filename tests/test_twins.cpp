@@ -8,6 +8,7 @@
 #include "helpers.h"
 #include "model/loss.h"
 #include "optim/registry.h"
+#include "twins/device.h"
 #include "twins/gauge.h"
 #include "twins/pair.h"
 #include "twins/plan.h"
@@ -176,6 +177,21 @@ TEST(Record, CarriesTheOutputContractFields) {
   EXPECT_EQ(j["qk_drift_per_head"].size(), 8u);  // 2 layers x 4 heads
   for (const char* k : {"step", "logit_drift", "qk_drift_mean", "qk_drift_max"}) {
     EXPECT_TRUE(j["curve"][1].contains(k)) << k;
+  }
+}
+
+TEST(Twins, ConcurrentCopiesGiveBitwiseTheSameRecordAsSequential) {
+  for (const char* opt : {"adam", "muon"}) {
+    auto spec = tiny_spec(opt, TwinKind::kGauge, 60, torch::kFloat);
+    twins::set_threads(1);
+    auto seq = twins::to_json(twins::run_pair(spec, {}, false));
+    auto par = twins::to_json(twins::run_pair(spec, {}, true));
+    for (const char* timing : {"wall_s", "threads"}) {  // not results
+      seq.erase(timing);
+      par.erase(timing);
+    }
+    EXPECT_EQ(seq.dump(), par.dump()) << opt;
+    EXPECT_GT(seq["curve"].back()["logit_drift"].get<double>(), 0.0);
   }
 }
 

@@ -4,7 +4,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
+#include <exception>
 #include <memory>
+#include <thread>
 
 #include "data/task.h"
 #include "model/loss.h"
@@ -107,7 +110,50 @@ void check_task(const PairSpec& spec) {
   make_task(spec, torch::kCPU);
 }
 
-PairResult run_pair(const PairSpec& spec, const Progress& progress) {
+namespace {
+
+// Trains `c` on `batches` (steps first+1, first+2, ...), reporting each
+// step to `progress` when given.
+void train_segment(Copy& c, const std::vector<data::Batch>& batches,
+                   int64_t first, const Progress& progress) {
+  for (size_t i = 0; i < batches.size(); ++i) {
+    train_step(c, batches[i]);
+    if (progress) progress(first + 1 + static_cast<int64_t>(i));
+  }
+}
+
+// Both copies through one segment: sequentially, or copy 0 on a worker
+// thread while copy 1 runs here. Each copy's op sequence is the same either
+// way, so the numbers are too.
+void train_both(Copy (&copies)[2], const std::vector<data::Batch>& batches,
+                int64_t first, const Progress& progress, bool concurrent) {
+  if (!concurrent) {
+    train_segment(copies[0], batches, first, {});
+    train_segment(copies[1], batches, first, progress);
+    return;
+  }
+  std::exception_ptr error;
+  std::thread worker([&] {
+    try {
+      train_segment(copies[0], batches, first, {});
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  try {
+    train_segment(copies[1], batches, first, progress);
+  } catch (...) {
+    worker.join();
+    throw;
+  }
+  worker.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+PairResult run_pair(const PairSpec& spec, const Progress& progress,
+                    bool concurrent_copies) {
   const auto t0 = std::chrono::steady_clock::now();
   TORCH_CHECK(spec.steps >= 1, "Invalid steps: ", spec.steps,
               " (must be >= 1)");
@@ -133,25 +179,29 @@ PairResult run_pair(const PairSpec& spec, const Progress& progress) {
     r.curve.push_back(measure(copies[0].model, copies[1].model, *task, 0));
     ++next_checkpoint;
   }
-  for (int64_t t = 1; t <= spec.steps; ++t) {
-    const data::Batch batch = task->train_batch(t);
-    for (auto& c : copies) train_step(c, batch);
-    if (progress) progress(t);
-    const bool at_checkpoint = next_checkpoint < checkpoints.size() &&
-                               checkpoints[next_checkpoint] == t;
-    if (at_checkpoint || t % kSyncEvery == 0) {
-      int64_t bad = -1;
-      for (auto& c : copies) {
-        const int64_t b = read_losses(c);
-        if (b > 0 && (bad < 0 || b < bad)) bad = b;
-      }
-      if (bad > 0) {
-        r.status = "diverged";
-        r.diverged_step = bad;
-        break;
-      }
+  // Segments end at checkpoints and every kSyncEvery steps; the losses are
+  // read back (and checked) only there.
+  int64_t t = 0;
+  while (t < spec.steps) {
+    const int64_t end = std::min((t / kSyncEvery + 1) * kSyncEvery,
+                                 checkpoints[next_checkpoint]);
+    std::vector<data::Batch> batches;  // the very same tensors for both
+    for (int64_t s = t + 1; s <= end; ++s) {
+      batches.push_back(task->train_batch(s));
     }
-    if (at_checkpoint) {
+    train_both(copies, batches, t, progress, concurrent_copies);
+    t = end;
+    int64_t bad = -1;
+    for (auto& c : copies) {
+      const int64_t b = read_losses(c);
+      if (b > 0 && (bad < 0 || b < bad)) bad = b;
+    }
+    if (bad > 0) {
+      r.status = "diverged";
+      r.diverged_step = bad;
+      break;
+    }
+    if (t == checkpoints[next_checkpoint]) {
       CurvePoint c = measure(copies[0].model, copies[1].model, *task, t);
       c.train_loss = {copies[0].losses[t - 1], copies[1].losses[t - 1]};
       r.curve.push_back(c);
@@ -168,7 +218,6 @@ PairResult run_pair(const PairSpec& spec, const Progress& progress) {
   r.val_acc = last.val_acc;
   r.val_loss = last.val_loss;
   for (int i = 0; i < 2; ++i) {
-    read_losses(copies[i]);
     r.train_loss[i] = copies[i].losses.empty() ? std::nan("")
                                                : copies[i].losses.back();
   }

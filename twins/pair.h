@@ -43,6 +43,11 @@ using Progress = std::function<void(int64_t step)>;
 // status "diverged", diverged_step set, the curve ends at the last
 // checkpoint before it. Throws for an invalid spec (unknown task or
 // optimizer, impossible shape, unavailable device).
-PairResult run_pair(const PairSpec& spec, const Progress& progress = {});
+//
+// concurrent_copies: the two copies are independent between checkpoints;
+// true trains them on two threads (set LibTorch and OpenBLAS to one thread
+// each first, twins::set_threads(1)). The record is bitwise the same.
+PairResult run_pair(const PairSpec& spec, const Progress& progress = {},
+                    bool concurrent_copies = false);
 
 }  // namespace twins

@@ -10,7 +10,9 @@
 
 namespace twins {
 
+// concurrent_copies: see run_pair.
 std::vector<PairResult> run_pairs(const std::vector<PairSpec>& specs,
-                                  JsonlSink& sink, ProgressPrinter& progress);
+                                  JsonlSink& sink, ProgressPrinter& progress,
+                                  bool concurrent_copies = false);
 
 }  // namespace twins
