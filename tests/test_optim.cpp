@@ -17,7 +17,7 @@ torch::Tensor randn64(std::vector<int64_t> shape, uint64_t seed) {
 }
 
 torch::Tensor random_orthogonal(int64_t n, uint64_t seed) {
-  return std::get<0>(torch::linalg::qr(randn64({n, n}, seed)));
+  return std::get<0>(torch::linalg_qr(randn64({n, n}, seed)));
 }
 
 TEST(NewtonSchulz, SingularValuesOfRandomInputsLieInHalfToThreeHalves) {

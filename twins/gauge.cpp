@@ -14,7 +14,7 @@ std::vector<std::vector<torch::Tensor>> gauge_matrices(int64_t depth,
     for (int64_t h = 0; h < heads; ++h) {
       torch::Tensor g = torch::randn({head_dim, head_dim}, gen,
                                      torch::TensorOptions(torch::kDouble));
-      A[l].push_back(std::get<0>(torch::linalg::qr(g)));
+      A[l].push_back(std::get<0>(torch::linalg_qr(g)));
     }
   }
   return A;
