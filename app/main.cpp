@@ -8,6 +8,7 @@
 #include <exception>
 #include <string>
 
+#include "app/bench_cmd.h"
 #include "app/cli.h"
 
 namespace {
@@ -31,12 +32,15 @@ int main(int argc, char** argv) {
   });
   app::RunFlags run_flags;
   app::setup_run(cli, run_flags);
+  app::BenchFlags bench_flags;
+  CLI::App* bench = app::setup_bench(cli, bench_flags);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return cli.exit(e);
   }
   try {
+    if (bench->parsed()) return app::run_bench(bench_flags);
     return app::run_run(run_flags);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "twin-run: error: %s\n",

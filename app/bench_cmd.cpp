@@ -1,0 +1,107 @@
+#include "app/bench_cmd.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "twins/sink.h"
+
+namespace app {
+
+namespace fs = std::filesystem;
+
+CLI::App* setup_bench(CLI::App& app, BenchFlags& f) {
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "Speed of a twin pair: seconds per pair-step, model GFLOP/s, the "
+      "matrix-multiply roof of the same shapes, and optionally eager "
+      "PyTorch side by side");
+  cmd->add_option("--rows", f.rows,
+                  "Rows, comma-separated: mod47-f32 (copies concurrent), "
+                  "mod47-f32-seq1, mod47-f32-seq2 (copies one after the "
+                  "other on 1 / 2 threads), mod47-f64, charlm-f32, "
+                  "charlm-f64 [default: all]");
+  cmd->add_flag("--vs-pytorch", f.options.vs_pytorch,
+                "Also time bench/eager_pytorch.py at 1 and 2 threads and "
+                "print the speedup over the better of the two");
+  cmd->add_option("--python", f.options.python,
+                  "Python with torch for --vs-pytorch")
+      ->capture_default_str();
+  cmd->add_option("--repeats", f.options.repeats,
+                  "Timed segments per row (the median is reported)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--quick", f.options.quick,
+                "A few steps per row: checks that the benchmark runs; the "
+                "figures are not meaningful");
+  cmd->add_option("--out", f.out,
+                  "JSON results [default: runs/bench-<date>-<time>.json]");
+  return cmd;
+}
+
+namespace {
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      return line.substr(line.find(':') + 2);
+    }
+  }
+  return "unknown";
+}
+
+void print_line(const std::string& s) {
+  std::fprintf(stderr, "%s\n", s.c_str());
+}
+
+}  // namespace
+
+int run_bench(const BenchFlags& f) {
+  twins::BenchOptions options = f.options;
+  options.rows.clear();
+  for (size_t start = 0; !f.rows.empty();) {
+    const size_t comma = f.rows.find(',', start);
+    options.rows.push_back(f.rows.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  const std::string path =
+      f.out.empty() ? twins::fresh_results_path("runs", "bench") : f.out;
+  const auto rows = twins::run_bench(options, print_line);
+
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
+  nlohmann::json j = {
+      {"date", date},
+      {"cpu", cpu_model()},
+      {"cores", std::thread::hardware_concurrency()},
+      {"torch_version", TORCH_VERSION},
+      {"quick", options.quick},
+      {"rows", twins::bench_to_json(rows)}};
+  fmt::print("{} ({} cores), LibTorch {}, {}\n{}", cpu_model(),
+             std::thread::hardware_concurrency(), TORCH_VERSION, date,
+             twins::format_bench_table(rows));
+  // Written whole (temporary file, then rename): never half a file.
+  fs::path out(path);
+  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream o(tmp);
+    TORCH_CHECK(o.good(), "Cannot write '", tmp, "'");
+    o << j.dump(2) << "\n";
+    TORCH_CHECK(o.good(), "Cannot write '", tmp, "'");
+  }
+  fs::rename(tmp, out);
+  fmt::print("benchmark written to {}\n", path);
+  return 0;
+}
+
+}  // namespace app

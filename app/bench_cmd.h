@@ -1,0 +1,21 @@
+// `twin-run bench`: the speed benchmark (twins/bench.h).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "twins/bench.h"
+
+namespace app {
+
+struct BenchFlags {
+  twins::BenchOptions options;
+  std::string rows;  // comma-separated row names; empty: all
+  std::string out;   // JSON file; empty: runs/bench-<date>-<time>.json
+};
+
+CLI::App* setup_bench(CLI::App& app, BenchFlags& flags);
+int run_bench(const BenchFlags& flags);
+
+}  // namespace app

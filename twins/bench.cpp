@@ -1,0 +1,359 @@
+#include "twins/bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "data/charlm.h"
+#include "model/flops.h"
+#include "twins/device.h"
+#include "twins/pair.h"
+#include "twins_paths.h"  // generated: TWINS_SOURCE_DIR
+
+namespace twins {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  TORCH_CHECK(!v.empty(), "median of nothing");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Steps of a row: warm-up, then `repeats` timed segments of `segment` steps.
+struct Schedule {
+  int64_t warmup, segment;
+};
+
+Schedule schedule_for(const PairSpec& spec, bool quick) {
+  if (quick) return {1, 2};
+  return spec.task == "charlm" ? Schedule{2, 3} : Schedule{5, 10};
+}
+
+PairSpec bench_spec(const std::string& task, torch::Dtype dtype) {
+  PairSpec s;  // adam gauge, init 42, gauge 777: the Table-3 headline pair
+  s.task = task;
+  s.dtype = dtype;
+  s.lr = 1e-3;
+  if (task == "charlm") {
+    s.depth = 6;
+    s.d_model = 256;
+    s.heads = 8;
+    s.mlp = 1024;
+  }
+  return s;
+}
+
+struct RowDef {
+  std::string name;
+  std::string task;
+  torch::Dtype dtype;
+  ThreadConfig threads;
+};
+
+std::vector<RowDef> row_defs() {
+  const ThreadConfig conc{true, 1}, seq1{false, 1}, seq2{false, 2};
+  return {{"mod47-f32", "mod47", torch::kFloat, conc},
+          {"mod47-f32-seq1", "mod47", torch::kFloat, seq1},
+          {"mod47-f32-seq2", "mod47", torch::kFloat, seq2},
+          {"mod47-f64", "mod47", torch::kDouble, conc},
+          {"charlm-f32", "charlm", torch::kFloat, conc},
+          {"charlm-f64", "charlm", torch::kDouble, conc}};
+}
+
+// The model config and the (sequences, length) of one training step.
+struct StepShape {
+  model::ModelConfig cfg;
+  int64_t sequences, len;
+};
+
+StepShape step_shape(const PairSpec& spec) {
+  auto task = make_task(spec, torch::kCPU);
+  const auto shape = task->shape();
+  StepShape s;
+  s.cfg.vocab_in = shape.vocab_in;
+  s.cfg.vocab_out = shape.vocab_out;
+  s.cfg.n_ctx = shape.n_ctx;
+  s.cfg.causal = shape.causal;
+  s.cfg.last_only = shape.last_only;
+  s.cfg.depth = spec.depth;
+  s.cfg.d_model = spec.d_model;
+  s.cfg.heads = spec.heads;
+  s.cfg.mlp = spec.mlp;
+  const data::Batch b = task->train_batch(1);
+  s.sequences = b.x.size(0);
+  s.len = b.x.size(1);
+  return s;
+}
+
+}  // namespace
+
+std::string ThreadConfig::name() const {
+  return concurrent
+             ? fmt::format("2 copies x {} thread{}", threads,
+                           threads > 1 ? "s" : "")
+             : fmt::format("sequential, {} thread{}", threads,
+                           threads > 1 ? "s" : "");
+}
+
+std::vector<std::string> bench_row_names() {
+  std::vector<std::string> out;
+  for (const auto& r : row_defs()) out.push_back(r.name);
+  return out;
+}
+
+double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
+                          int repeats) {
+  const StepShape s = step_shape(spec);
+  const auto shapes =
+      model::training_step_matmuls(s.cfg, s.sequences, s.len);
+  const auto opts = torch::TensorOptions().dtype(spec.dtype);
+  struct Operands {
+    std::vector<torch::Tensor> a, b, c;
+  };
+  const int workers = threads.concurrent ? 2 : 1;
+  std::vector<Operands> ops(workers);
+  for (auto& o : ops) {
+    for (const auto& sh : shapes) {
+      o.a.push_back(torch::randn({sh.batch, sh.m, sh.k}, opts));
+      o.b.push_back(torch::randn({sh.batch, sh.k, sh.n}, opts));
+      o.c.push_back(torch::empty({sh.batch, sh.m, sh.n}, opts));
+    }
+  }
+  auto pass = [&](Operands& o) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (shapes[i].batch == 1) {
+        torch::Tensor c = o.c[i][0];
+        torch::mm_out(c, o.a[i][0], o.b[i][0]);
+      } else {
+        torch::bmm_out(o.c[i], o.a[i], o.b[i]);
+      }
+    }
+  };
+  set_threads(threads.threads);
+  std::vector<double> times;
+  for (int r = 0; r <= repeats; ++r) {  // pass 0 warms up
+    const auto t0 = Clock::now();
+    if (workers == 1) {
+      pass(ops[0]);
+    } else {
+      std::thread other([&] { pass(ops[1]); });
+      pass(ops[0]);
+      other.join();
+    }
+    if (r > 0) times.push_back(seconds_since(t0));
+  }
+  return model::total_flops(shapes) * workers / median(times) / 1e9;
+}
+
+std::string eager_script_path() {
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back(exe.parent_path().parent_path() / "bench");
+    candidates.push_back(exe.parent_path() / "bench");
+  }
+  candidates.emplace_back(std::string(TWINS_SOURCE_DIR) + "/bench");
+  for (const auto& d : candidates) {
+    if (fs::exists(d / "eager_pytorch.py", ec)) {
+      return (d / "eager_pytorch.py").string();
+    }
+  }
+  return "";
+}
+
+double eager_seconds_per_pair_step(const BenchOptions& options,
+                                   const PairSpec& spec, int threads,
+                                   std::string* why) {
+  const std::string script = eager_script_path();
+  if (script.empty()) {
+    if (why) *why = "bench/eager_pytorch.py not found";
+    return -1;
+  }
+  const bool lm = spec.task == "charlm";
+  const int warmup = options.quick ? 1 : lm ? 1 : 3;
+  const int timed = options.quick ? 2 : lm ? 6 : 40;
+  std::string cmd = fmt::format(
+      "'{}' '{}' --task {} --opt {} --twin {} --steps {} --warmup {} "
+      "--dtype {} --threads {}",
+      options.python, script, spec.task, spec.opt, to_string(spec.twin),
+      warmup + timed, warmup, dtype_name(spec.dtype), threads);
+  if (lm) {
+    cmd += fmt::format(" --data '{}' --ctx {} --batch {}",
+                       spec.corpus.empty() ? data::default_corpus_path()
+                                           : spec.corpus,
+                       spec.ctx, spec.batch);
+  }
+  cmd += " 2>&1";
+  std::FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) {
+    if (why) *why = "cannot start " + options.python;
+    return -1;
+  }
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  const int status = ::pclose(pipe);
+  const size_t brace = out.rfind("\n{");
+  const std::string last =
+      out.substr(brace == std::string::npos ? 0 : brace + 1);
+  auto j = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
+  if (status != 0 || j.is_discarded() || !j.contains("s_per_pair_step")) {
+    if (why) {
+      *why = fmt::format("{} failed: {}", script,
+                         out.substr(0, out.find('\n')));
+    }
+    return -1;
+  }
+  return j["s_per_pair_step"].get<double>();
+}
+
+std::vector<BenchRow> run_bench(const BenchOptions& options,
+                                void (*log)(const std::string&)) {
+  TORCH_CHECK(options.repeats >= 1, "Invalid --repeats: ", options.repeats);
+  const auto known = bench_row_names();
+  for (const auto& r : options.rows) {
+    TORCH_CHECK(std::find(known.begin(), known.end(), r) != known.end(),
+                "Unknown bench row: '", r, "' (known: ",
+                fmt::format("{}", fmt::join(known, ", ")), ")");
+  }
+  configure_determinism();
+  std::vector<BenchRow> rows;
+  std::map<std::string, std::array<double, 2>> eager;  // seconds at 1, 2 T
+  for (const auto& def : row_defs()) {
+    if (!options.rows.empty() &&
+        std::find(options.rows.begin(), options.rows.end(), def.name) ==
+            options.rows.end()) {
+      continue;
+    }
+    BenchRow row;
+    row.name = def.name;
+    row.threads = def.threads;
+    row.spec = bench_spec(def.task, def.dtype);
+    const Schedule sch = schedule_for(row.spec, options.quick);
+    row.spec.steps = sch.warmup + sch.segment * options.repeats;
+
+    set_threads(def.threads.threads);
+    Pair pair(row.spec, def.threads.concurrent);
+    pair.train_to(sch.warmup);
+    pair.check_losses();
+    std::vector<double> per_step;
+    for (int r = 0; r < options.repeats; ++r) {
+      const auto t0 = Clock::now();
+      pair.train_to(pair.done() + sch.segment);
+      pair.check_losses();  // includes the host synchronisation
+      per_step.push_back(seconds_since(t0) / double(sch.segment));
+    }
+    row.s_per_pair_step = median(per_step);
+    const StepShape s = step_shape(row.spec);
+    row.flops_per_pair_step =
+        2 * model::total_flops(
+                model::training_step_matmuls(s.cfg, s.sequences, s.len));
+    row.model_gflops = row.flops_per_pair_step / row.s_per_pair_step / 1e9;
+    row.roof_gflops = matmul_roof_gflops(row.spec, def.threads,
+                                         options.quick ? 2 : 9);
+    if (options.vs_pytorch) {
+      // Measured once per (task, dtype) and shared by its rows.
+      const std::string key = row.spec.task + dtype_name(row.spec.dtype);
+      if (!eager.count(key)) {
+        std::string why;
+        for (int t : {1, 2}) {
+          const double e =
+              eager_seconds_per_pair_step(options, row.spec, t, &why);
+          TORCH_CHECK(e > 0, "--vs-pytorch: ", why);
+          eager[key][t - 1] = e;
+        }
+      }
+      row.eager_s_1thread = eager[key][0];
+      row.eager_s_2threads = eager[key][1];
+    }
+    if (log) {
+      log(fmt::format("{}: {:.4f} s per pair-step ({}), {:.1f} GFLOP/s of "
+                      "a {:.1f} GFLOP/s roof",
+                      row.name, row.s_per_pair_step, row.threads.name(),
+                      row.model_gflops, row.roof_gflops));
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string format_bench_table(const std::vector<BenchRow>& rows) {
+  std::string out = fmt::format(
+      "{:<15} {:<22} {:>11} {:>9} {:>9} {:>7} {:>10} {:>10} {:>8}\n", "row",
+      "threads", "s/pair-step", "GFLOP/s", "roof", "% roof", "eager 1T",
+      "eager 2T", "speedup");
+  for (const auto& r : rows) {
+    std::string e1 = "-", e2 = "-", sp = "-";
+    if (r.eager_s_1thread > 0) {
+      e1 = fmt::format("{:.4f}", r.eager_s_1thread);
+      e2 = fmt::format("{:.4f}", r.eager_s_2threads);
+      sp = fmt::format("{:.2f}x",
+                       std::min(r.eager_s_1thread, r.eager_s_2threads) /
+                           r.s_per_pair_step);
+    }
+    out += fmt::format(
+        "{:<15} {:<22} {:>11.4f} {:>9.1f} {:>9.1f} {:>6.0f}% {:>10} {:>10} "
+        "{:>8}\n",
+        r.name, r.threads.name(), r.s_per_pair_step, r.model_gflops,
+        r.roof_gflops, 100 * r.model_gflops / r.roof_gflops, e1, e2, sp);
+  }
+  out +=
+      "s/pair-step: median over timed segments after warm-up; GFLOP/s: "
+      "matrix-multiply FLOPs of both copies (model/flops.h) per second; "
+      "roof: the same products replayed back to back at the row's threads; "
+      "eager: bench/eager_pytorch.py at 1 and 2 threads; speedup: best "
+      "eager / ours.\n";
+  return out;
+}
+
+nlohmann::json bench_to_json(const std::vector<BenchRow>& rows) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& r : rows) {
+    nlohmann::json row = {
+        {"row", r.name},
+        {"task", r.spec.task},
+        {"dtype", dtype_name(r.spec.dtype)},
+        {"opt", r.spec.opt},
+        {"twin", to_string(r.spec.twin)},
+        {"model",
+         {{"depth", r.spec.depth},
+          {"d_model", r.spec.d_model},
+          {"heads", r.spec.heads},
+          {"mlp", r.spec.mlp}}},
+        {"concurrent_copies", r.threads.concurrent},
+        {"threads_per_copy", r.threads.threads},
+        {"torch_threads", r.threads.threads},
+        {"openblas_threads", r.threads.threads},
+        {"s_per_pair_step", r.s_per_pair_step},
+        {"flops_per_pair_step", r.flops_per_pair_step},
+        {"model_gflops", r.model_gflops},
+        {"roof_gflops", r.roof_gflops},
+        {"fraction_of_roof", r.model_gflops / r.roof_gflops}};
+    if (r.eager_s_1thread > 0) {
+      row["eager_s_per_pair_step"] = {{"1", r.eager_s_1thread},
+                                      {"2", r.eager_s_2threads}};
+      row["speedup_vs_best_eager"] =
+          std::min(r.eager_s_1thread, r.eager_s_2threads) / r.s_per_pair_step;
+    }
+    j.push_back(row);
+  }
+  return j;
+}
+
+}  // namespace twins
