@@ -36,6 +36,10 @@ void setup_run(CLI::App& app, RunFlags& f) {
                  "Std of the W_Q/W_K perturbation of noise twins, "
                  "comma-separated")
       ->capture_default_str();
+  app.add_option("--p", f.adam_ps,
+                 "Exponents in [0, 1] of the Adam-p dial for a bare adam-p "
+                 "in --opt, comma-separated (one pair set per p; adam-p0.5 "
+                 "names one directly) [default: 0.5]");
   app.add_option("--steps", p.steps,
                  "Training steps [default: 1500 for mod<p>, 3000 for charlm]")
       ->check(CLI::PositiveNumber);
@@ -148,6 +152,7 @@ twins::PlanRequest plan_request(const RunFlags& f) {
     p.twin_seeds = parse_seeds("--twin-seed", f.twin_seeds);
   }
   p.noise_scales = parse_reals("--noise-scale", f.noise_scales);
+  if (!f.adam_ps.empty()) p.adam_ps = parse_reals("--p", f.adam_ps);
   return p;
 }
 

@@ -16,6 +16,7 @@ struct RunFlags {
   // Comma-separated lists, parsed strictly into `plan` by run_run.
   std::string opts, twins, init_seeds = "42", twin_seeds,
                             noise_scales = "1e-7";
+  std::string adam_ps;  // --p: exponents of a bare adam-p, comma-separated
   std::string out;   // results file; empty = a new file under runs/
   bool quiet = false;
   int threads = 2;   // 2+: the copies of a pair train concurrently

@@ -1,11 +1,20 @@
 #include "optim/registry.h"
 
+#include <fmt/format.h>
+
+#include <cctype>
 #include <cmath>
 #include <deque>
 #include <mutex>
 
+#include "optim/adafactor.h"
+#include "optim/adam_p.h"
+#include "optim/lion.h"
 #include "optim/muon.h"
+#include "optim/rmsprop.h"
 #include "optim/scalar_adam.h"
+#include "optim/shampoo.h"
+#include "optim/signum.h"
 
 namespace optim {
 
@@ -13,8 +22,27 @@ namespace {
 
 struct Registry {
   std::deque<OptimizerInfo> entries;  // registration order; stable refs
+  std::deque<OptimizerInfo> adam_ps;  // "adam-p<p>" entries built on use
   std::mutex mutex;
 };
+
+constexpr char kAdamPPrefix[] = "adam-p";
+
+// Default learning rates of the Adam-p dial: one rate for every p, Adam's,
+// so that adam-p1 with its default is `adam` and the dial moves only the
+// denominator (the paper's fixed-step arm, §7).
+constexpr double kAdamPLrMod = 1e-3;
+constexpr double kAdamPLrCharlm = 1e-3;
+
+OptimizerInfo adam_p_info(const std::string& name, double p,
+                          std::string summary) {
+  return {name, std::move(summary),
+          p == 0 ? Equivariance::kEquivariant : Equivariance::kBasisDependent,
+          kAdamPLrMod, kAdamPLrCharlm,
+          [p](const ParamSplit& s, double lr) {
+            return std::make_unique<AdamP>(s.all(), AdamPOptions(lr).p(p));
+          }};
+}
 
 void add_builtins(Registry& r) {
   // Learning rates: PROTOCOL §5 (the paper's Appendix C).
@@ -52,6 +80,56 @@ void add_builtins(Registry& r) {
        [](const ParamSplit& p, double lr) {
          return std::make_unique<Muon>(p.matrices, p.others, MuonOptions(lr));
        }});
+  // Issue 6's zoo. Learning rates on mod<p>: each trains the mod47 model
+  // (training loss down >= 10x in 1500 steps, README "Optimizers"); the
+  // charlm ones are not tuned (see README).
+  r.entries.push_back(
+      {"rmsprop",
+       "classical RMSprop: v = 0.99 v + 0.01 g^2, p -= lr g / (sqrt(v) + "
+       "eps), no momentum",
+       Equivariance::kBasisDependent, 1e-4, 1e-4,
+       [](const ParamSplit& p, double lr) {
+         return std::make_unique<RMSprop>(p.all(), RMSpropOptions(lr));
+       }});
+  r.entries.push_back(
+      {"signum",
+       "sign of an EMA momentum: m = 0.9 m + 0.1 g, p -= lr sign(m)",
+       Equivariance::kBasisDependent, 1e-4, 1e-4,
+       [](const ParamSplit& p, double lr) {
+         return std::make_unique<Signum>(p.all(), SignumOptions(lr));
+       }});
+  r.entries.push_back(
+      {"lion",
+       "p -= lr sign(0.9 m + 0.1 g), then m = 0.99 m + 0.01 g",
+       Equivariance::kBasisDependent, 1e-4, 1e-4,
+       [](const ParamSplit& p, double lr) {
+         return std::make_unique<Lion>(p.all(), LionOptions(lr));
+       }});
+  r.entries.push_back(
+      {"adafactor",
+       "factored second moment: row/column EMAs (0.999) of g^2, V = R C^T / "
+       "mean(R); p -= lr g / (sqrt(V_hat) + eps); 1-D unfactored",
+       Equivariance::kBasisDependent, 1e-3, 1e-3,
+       [](const ParamSplit& p, double lr) {
+         return std::make_unique<Adafactor>(p.all(), AdafactorOptions(lr));
+       }});
+  r.entries.push_back(
+      {"shampoo",
+       "hybrid Shampoo: hidden matrices p -= lr (L+I)^-1/4 G (R+I)^-1/4, "
+       "L = sum G G^T, R = sum G^T G, roots every 20 steps; Adam 1e-3 on "
+       "the rest",
+       Equivariance::kEquivariant, 0.5, 0.1,
+       [](const ParamSplit& p, double lr) {
+         return std::make_unique<Shampoo>(p.matrices, p.others,
+                                          ShampooOptions(lr));
+       }});
+  r.entries.push_back(adam_p_info(
+      kAdamPPrefix, kDefaultAdamP,
+      fmt::format("Adam-p dial: denominator (sqrt(v_hat)+eps)^p "
+                  "(s+eps)^(1-p) + eps; p from --p or the name (adam-p0.25); "
+                  "default p {}; p = 1 is adam, p = 0 scalar-adam "
+                  "(equivariant)",
+                  kDefaultAdamP)));
 }
 
 Registry& registry() {
@@ -59,6 +137,16 @@ Registry& registry() {
   static std::once_flag once;
   std::call_once(once, [] { add_builtins(r); });
   return r;
+}
+
+// A name given to register_optimizer (not an adam-p<p> built on use).
+bool is_registered(const std::string& name) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& e : r.entries) {
+    if (e.name == name) return true;
+  }
+  return false;
 }
 
 std::string known_names(const Registry& r) {
@@ -86,6 +174,13 @@ bool register_optimizer(OptimizerInfo info) {
   TORCH_CHECK(info.lr_mod > 0 && info.lr_charlm > 0,
               "register_optimizer: '", info.name,
               "' needs positive default learning rates");
+  bool in_family = false;
+  try {
+    in_family = info.name != kAdamPPrefix && adam_p_exponent(info.name);
+  } catch (const c10::Error&) {
+  }
+  TORCH_CHECK(!in_family, "register_optimizer: '", info.name,
+              "' is reserved for the Adam-p dial");
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   for (const auto& e : r.entries) {
@@ -97,22 +192,90 @@ bool register_optimizer(OptimizerInfo info) {
 }
 
 bool has_optimizer(const std::string& name) {
-  auto& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  for (const auto& e : r.entries) {
-    if (e.name == name) return true;
+  if (is_registered(name)) return true;
+  try {
+    return adam_p_exponent(name).has_value();
+  } catch (const c10::Error&) {
+    return false;  // a malformed adam-p name
   }
-  return false;
 }
 
 const OptimizerInfo& find_optimizer(const std::string& name) {
   auto& r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    for (const auto& e : r.entries) {
+      if (e.name == name) return e;
+    }
+  }
+  const std::optional<double> p = adam_p_exponent(name);  // may throw
   std::lock_guard<std::mutex> lock(r.mutex);
-  for (const auto& e : r.entries) {
+  TORCH_CHECK(p.has_value(), "Unknown optimizer: '", name, "' (known: ",
+              known_names(r), ")");
+  for (const auto& e : r.adam_ps) {
     if (e.name == name) return e;
   }
-  TORCH_CHECK(false, "Unknown optimizer: '", name, "' (known: ",
-              known_names(r), ")");
+  r.adam_ps.push_back(
+      adam_p_info(name, *p, fmt::format("Adam-p dial at p = {}", *p)));
+  return r.adam_ps.back();
+}
+
+std::string adam_p_name(double p) {
+  check_adam_p_exponent(p);
+  return fmt::format("{}{}", kAdamPPrefix, p);
+}
+
+std::optional<double> adam_p_exponent(const std::string& name) {
+  const std::string prefix = kAdamPPrefix;
+  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  if (name == prefix) return kDefaultAdamP;
+  // A plain decimal number: digits, '.', and an exponent (adam-p1e-3); no
+  // sign, space, nan, inf or hex.
+  const std::string digits = name.substr(prefix.size());
+  bool ok = std::isdigit(static_cast<unsigned char>(digits[0])) ||
+            digits[0] == '.';
+  for (char c : digits) {
+    ok = ok && (std::isdigit(static_cast<unsigned char>(c)) || c == '.' ||
+                c == 'e' || c == 'E' || c == '-' || c == '+');
+  }
+  size_t used = 0;
+  double p = 0;
+  if (ok) {
+    try {
+      p = std::stod(digits, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+  }
+  TORCH_CHECK(ok && used == digits.size(), "Malformed optimizer name: '",
+              name, "' (the Adam-p dial is adam-p<p> with p in [0, 1], e.g. "
+              "adam-p0.5)");
+  TORCH_CHECK(p >= 0 && p <= 1, "Invalid Adam-p exponent: ", digits, " in '",
+              name, "' (must be in [0, 1])");
+  return p;
+}
+
+std::vector<std::string> resolve_optimizer_names(
+    const std::vector<std::string>& names, const std::vector<double>& ps) {
+  for (double p : ps) check_adam_p_exponent(p);
+  std::vector<std::string> out;
+  bool bare = false;
+  for (const auto& name : names) {
+    if (name == kAdamPPrefix) {
+      bare = true;
+      if (ps.empty()) out.push_back(adam_p_name(kDefaultAdamP));
+      for (double p : ps) out.push_back(adam_p_name(p));
+    } else if (is_registered(name)) {
+      out.push_back(name);
+    } else {
+      find_optimizer(name);  // throws for an unknown or malformed name
+      out.push_back(adam_p_name(*adam_p_exponent(name)));
+    }
+  }
+  TORCH_CHECK(ps.empty() || bare, "--p applies to a bare 'adam-p' in the "
+              "optimizer list, and there is none (give --opt adam-p, or name "
+              "the exponent as adam-p0.5)");
+  return out;
 }
 
 std::vector<std::string> optimizer_names() {

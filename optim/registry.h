@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,5 +51,29 @@ double default_lr(const std::string& name, const std::string& family);
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const std::string& name, const ParamSplit& params, double lr);
+
+// The Adam-p family (paper §7, optim/adam_p.h): "adam-p<p>" names the dial
+// at p in [0, 1] (adam-p0.5, adam-p0.125, adam-p1e-3); find_optimizer
+// builds such an entry on first use (predicted equivariant only at p = 0).
+// The bare "adam-p" is the listed entry and runs at kDefaultAdamP.
+constexpr double kDefaultAdamP = 0.5;
+
+// "adam-p" + the shortest decimal spelling of p: adam_p_name(0.5) ==
+// "adam-p0.5". Throws for p outside [0, 1].
+std::string adam_p_name(double p);
+
+// The exponent an Adam-p name runs at (kDefaultAdamP for bare "adam-p"),
+// nullopt for a name outside the family; throws naming the name for a
+// malformed "adam-p..." or p outside [0, 1].
+std::optional<double> adam_p_exponent(const std::string& name);
+
+// The optimizer names a run records, from what the user gave: each bare
+// "adam-p" becomes adam_p_name(p) for every p of `ps` (kDefaultAdamP when
+// `ps` is empty), "adam-p<p>" its canonical spelling (adam-p0.50 ->
+// adam-p0.5), every other name is checked to exist. Throws for an unknown
+// name, for p outside [0, 1], and when `ps` is given but no bare "adam-p"
+// takes it (--p).
+std::vector<std::string> resolve_optimizer_names(
+    const std::vector<std::string>& names, const std::vector<double>& ps = {});
 
 }  // namespace optim

@@ -20,14 +20,16 @@ namespace {
 // The (opt, twin) rows: the Table-3 set when neither list is given; else
 // the product of the lists, a missing list meaning adam / gauge.
 std::vector<std::pair<std::string, TwinKind>> rows(const PlanRequest& r) {
-  if (r.opts.empty() && r.twins.empty()) return table3_rows();
-  const std::vector<std::string> opts =
-      r.opts.empty() ? std::vector<std::string>{"adam"} : r.opts;
+  if (r.opts.empty() && r.twins.empty() && r.adam_ps.empty()) {
+    return table3_rows();
+  }
+  // Throws for an unknown name; a bare adam-p becomes adam-p<p> per --p.
+  const std::vector<std::string> opts = optim::resolve_optimizer_names(
+      r.opts.empty() ? std::vector<std::string>{"adam"} : r.opts, r.adam_ps);
   const std::vector<std::string> kinds =
       r.twins.empty() ? std::vector<std::string>{"gauge"} : r.twins;
   std::vector<std::pair<std::string, TwinKind>> out;
   for (const auto& o : opts) {
-    optim::find_optimizer(o);  // throws for an unknown name
     for (const auto& k : kinds) out.emplace_back(o, parse_twin_kind(k));
   }
   return out;

@@ -14,6 +14,7 @@ namespace twins {
 struct PlanRequest {
   std::string task = "mod47";
   std::vector<std::string> opts;    // empty with twins empty: Table-3 set
+  std::vector<double> adam_ps;      // --p: exponents of a bare adam-p
   std::vector<std::string> twins;   // gauge, identity, noise
   std::vector<uint64_t> init_seeds{42};
   std::vector<uint64_t> twin_seeds;  // empty: 777 for gauge, 888 for noise

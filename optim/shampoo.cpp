@@ -1,0 +1,109 @@
+#include "optim/shampoo.h"
+
+namespace optim {
+
+namespace {
+
+void check_shampoo_options(const ShampooOptions& o) {
+  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
+  TORCH_CHECK(o.damping() > 0, "Invalid damping value: ", o.damping());
+  TORCH_CHECK(o.root_every() >= 1,
+              "Invalid root refresh interval: ", o.root_every());
+  check_adam_options(o.adam_lr(), o.adam_betas(), o.adam_eps());
+}
+
+std::vector<torch::optim::OptimizerParamGroup> make_groups(
+    std::vector<torch::Tensor> matrices, std::vector<torch::Tensor> others,
+    const ShampooOptions& defaults) {
+  for (const auto& p : matrices) {
+    TORCH_CHECK(p.dim() == 2, "Shampoo: matrix parameters must be 2-D, got ",
+                p.sizes());
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  // Per-group options replace the defaults whole: give each one in full.
+  groups.emplace_back(std::move(matrices),
+                      std::make_unique<ShampooOptions>(
+                          ShampooOptions(defaults).use_shampoo(true)));
+  if (!others.empty()) {
+    groups.emplace_back(std::move(others),
+                        std::make_unique<ShampooOptions>(
+                            ShampooOptions(defaults).use_shampoo(false)));
+  }
+  return groups;
+}
+
+}  // namespace
+
+torch::Tensor inverse_fourth_root(const torch::Tensor& A, double damping) {
+  TORCH_CHECK(A.dim() == 2 && A.size(0) == A.size(1),
+              "inverse_fourth_root: expected a square matrix, got ", A.sizes());
+  auto [w, V] = torch::linalg::eigh(A.to(torch::kDouble), "L");
+  const torch::Tensor s = (w.clamp_min(0) + damping).pow(-0.25);
+  return (V * s.unsqueeze(0)).mm(V.t()).to(A.scalar_type());
+}
+
+void shampoo_update_(const torch::Tensor& p, const torch::Tensor& grad,
+                     const torch::Tensor& left, const torch::Tensor& right,
+                     const torch::Tensor& left_root,
+                     const torch::Tensor& right_root, bool refresh, double lr,
+                     double damping) {
+  left.add_(grad.mm(grad.t()));
+  right.add_(grad.t().mm(grad));
+  if (refresh) {
+    left_root.copy_(inverse_fourth_root(left, damping));
+    right_root.copy_(inverse_fourth_root(right, damping));
+  }
+  p.add_(left_root.mm(grad).mm(right_root), -lr);
+}
+
+Shampoo::Shampoo(std::vector<torch::Tensor> matrices,
+                 std::vector<torch::Tensor> others, ShampooOptions defaults)
+    : StatefulOptimizer(
+          make_groups(std::move(matrices), std::move(others), defaults),
+          std::make_unique<ShampooOptions>(defaults)) {
+  check_shampoo_options(defaults);
+}
+
+torch::Tensor Shampoo::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    auto& o = static_cast<ShampooOptions&>(group.options());
+    check_shampoo_options(o);
+    for (auto& p : group.params()) {
+      if (!p.grad().defined())
+        continue;
+      const torch::Tensor& grad = p.grad();
+      auto& state = state_for<ShampooParamState>(p, [&] {
+        auto s = std::make_unique<ShampooParamState>();
+        if (o.use_shampoo()) {
+          s->left(torch::zeros({p.size(0), p.size(0)}, p.options()));
+          s->right(torch::zeros({p.size(1), p.size(1)}, p.options()));
+          s->left_root(torch::empty({p.size(0), p.size(0)}, p.options()));
+          s->right_root(torch::empty({p.size(1), p.size(1)}, p.options()));
+        } else {
+          s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        }
+        return s;
+      });
+      state.step(state.step() + 1);
+      if (o.use_shampoo()) {
+        const bool refresh = (state.step() - 1) % o.root_every() == 0;
+        shampoo_update_(p, grad, state.left(), state.right(), state.left_root(),
+                        state.right_root(), refresh, o.lr(), o.damping());
+      } else {
+        adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(), state.step(),
+                     o.adam_lr(), std::get<0>(o.adam_betas()),
+                     std::get<1>(o.adam_betas()), o.adam_eps());
+      }
+    }
+  }
+  return loss;
+}
+
+}  // namespace optim

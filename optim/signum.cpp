@@ -1,0 +1,54 @@
+#include "optim/signum.h"
+
+namespace optim {
+
+namespace {
+
+void check_options(const SignumOptions& o) {
+  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
+  TORCH_CHECK(0 <= o.momentum() && o.momentum() < 1.0,
+              "Invalid momentum value: ", o.momentum());
+}
+
+}  // namespace
+
+void signum_update_(const torch::Tensor& p, const torch::Tensor& grad,
+                    const torch::Tensor& m, double lr, double beta) {
+  m.mul_(beta).add_(grad, 1 - beta);
+  p.add_(m.sign(), -lr);
+}
+
+Signum::Signum(std::vector<torch::optim::OptimizerParamGroup> groups,
+               SignumOptions defaults)
+    : StatefulOptimizer(std::move(groups),
+                        std::make_unique<SignumOptions>(defaults)) {
+  check_options(defaults);
+}
+
+torch::Tensor Signum::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    auto& o = static_cast<SignumOptions&>(group.options());
+    check_options(o);
+    for (auto& p : group.params()) {
+      if (!p.grad().defined())
+        continue;
+      auto& state = state_for<SignumParamState>(p, [&] {
+        auto s = std::make_unique<SignumParamState>();
+        s->momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        return s;
+      });
+      state.step(state.step() + 1);
+      signum_update_(p, p.grad(), state.momentum_buffer(), o.lr(),
+                     o.momentum());
+    }
+  }
+  return loss;
+}
+
+}  // namespace optim
