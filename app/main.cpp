@@ -10,6 +10,7 @@
 
 #include "app/bench_cmd.h"
 #include "app/cli.h"
+#include "app/verdict_cmd.h"
 
 namespace {
 
@@ -32,6 +33,13 @@ int main(int argc, char** argv) {
   });
   app::RunFlags run_flags;
   app::setup_run(cli, run_flags);
+  app::VerdictFlags verdict_flags;
+  CLI::App* verdict = cli.add_subcommand(
+      "verdict",
+      "Judge optimizers: per optimizer the gauge, identity, noise 1e-7 and "
+      "noise 1e-5 twins, and one line: equivariant, basis-dependent or "
+      "invalid (nondeterministic)");
+  app::setup_verdict(*verdict, verdict_flags);
   app::BenchFlags bench_flags;
   CLI::App* bench = app::setup_bench(cli, bench_flags);
   try {
@@ -40,6 +48,7 @@ int main(int argc, char** argv) {
     return cli.exit(e);
   }
   try {
+    if (verdict->parsed()) return app::run_verdict(verdict_flags);
     if (bench->parsed()) return app::run_bench(bench_flags);
     return app::run_run(run_flags);
   } catch (const c10::Error& e) {

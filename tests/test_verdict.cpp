@@ -1,0 +1,348 @@
+// twins/verdict: the verdict rules on hand-made records (one case per
+// verdict and the edges of each threshold), the job lists and tables of the
+// zoo and the dial, and `twin-run verdict` end to end.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "twin_run_path.h"
+#include "twins/verdict.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using twins::PairResult;
+using twins::TwinKind;
+using twins::VerdictClass;
+
+// A record with logit drift `drift[i]` at checkpoint steps[i].
+PairResult record(const std::string& opt, TwinKind twin, double scale,
+                  const std::vector<int64_t>& steps,
+                  const std::vector<double>& drift) {
+  PairResult r;
+  r.spec.opt = opt;
+  r.spec.twin = twin;
+  r.spec.noise_scale = scale;
+  r.spec.steps = steps.back();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    twins::CurvePoint c;
+    c.step = steps[i];
+    c.logit_drift = drift[i];
+    c.qk_drift_mean = c.qk_drift_max =
+        twin == TwinKind::kIdentity ? 0 : drift[i];
+    r.curve.push_back(c);
+  }
+  r.qk_per_head.assign(8, twin == TwinKind::kIdentity ? 0.0 : drift.back());
+  return r;
+}
+
+const std::vector<int64_t> kSteps = {0, 1, 10, 50, 100, 300, 600, 1000, 1500};
+
+// The four records of one optimizer, from the drift curves of its twins.
+std::vector<PairResult> quad(
+    const std::string& opt, const std::vector<double>& gauge,
+    const std::vector<double>& noise7, const std::vector<double>& noise5,
+    const std::vector<double>& identity = std::vector<double>(9, 0.0)) {
+  return {record(opt, TwinKind::kGauge, 0, kSteps, gauge),
+          record(opt, TwinKind::kIdentity, 0, kSteps, identity),
+          record(opt, TwinKind::kNoise, 1e-7, kSteps, noise7),
+          record(opt, TwinKind::kNoise, 1e-5, kSteps, noise5)};
+}
+
+// Table 3's Adam: gauge 3.9e-3 at step 1 against a 1e-5 noise twin near
+// 2.9e-5 (onset ~134x).
+std::vector<PairResult> adam_like() {
+  return quad(
+      "adam", {1.8e-7, 3.9e-3, 0.1, 0.4, 0.67, 0.7, 0.75, 0.8, 0.81},
+      {2.4e-7, 2.9e-7, 1e-6, 5e-6, 1.1e-5, 1.2e-5, 1.3e-5, 1.4e-5, 1.5e-5},
+      {2.4e-5, 2.9e-5, 1e-4, 5e-4, 1.1e-3, 1.2e-3, 1.3e-3, 1.4e-3, 1.5e-3});
+}
+
+// Table 3's Muon: at the float floor at step 1, ends at 0.86 while its 1e-7
+// noise twin ends at 0.87.
+std::vector<PairResult> muon_like() {
+  return quad("muon", {1.8e-7, 2.2e-7, 1e-5, 1e-3, 2.2e-2, 0.3, 0.7, 0.8, 0.86},
+              {2.4e-7, 2.7e-7, 2e-5, 2e-3, 4.4e-2, 0.35, 0.72, 0.85, 0.87},
+              {2.4e-5, 2.9e-5, 1e-3, 1e-2, 0.1, 0.5, 0.8, 0.85, 0.88});
+}
+
+// Table 3's scalar-Adam: at the floor throughout.
+std::vector<PairResult> scalar_adam_like() {
+  return quad(
+      "scalar-adam",
+      {1.8e-7, 1.6e-7, 3e-7, 1e-6, 1.9e-6, 2e-6, 2.2e-6, 2.3e-6, 2.4e-6},
+      {2.4e-7, 2.9e-7, 1e-6, 5e-6, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5},
+      {2.4e-5, 2.9e-5, 1e-4, 5e-4, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3});
+}
+
+TEST(Verdict, AdamLikeRecordsAreBasisDependent) {
+  auto v = twins::judge(adam_like());
+  EXPECT_EQ(v.verdict, VerdictClass::kBasisDependent);
+  EXPECT_EQ(twins::verdict_label(v), "basis-dependent");
+  EXPECT_NEAR(v.onset_ratio, 3.9e-3 / 2.9e-5, 1e-9);
+  EXPECT_EQ(v.gauge_final, 0.81);
+  const std::string line = twins::format_verdict_line(v);
+  for (const char* s : {"adam", "basis-dependent", "134x", "3.9e-03", "2.9e-05",
+                        "8.1e-01", "identity 0"}) {
+    EXPECT_NE(line.find(s), std::string::npos) << s << " in " << line;
+  }
+}
+
+TEST(Verdict, ScalarAdamLikeRecordsAreEquivariantNotChaotic) {
+  auto v = twins::judge(scalar_adam_like());
+  EXPECT_EQ(v.verdict, VerdictClass::kEquivariant);
+  EXPECT_FALSE(v.chaotic);  // ends at 2.4e-6 < 1e-2
+  EXPECT_EQ(twins::verdict_label(v), "equivariant");
+}
+
+TEST(Verdict, MuonLikeRecordsAreEquivariantChaotic) {
+  auto v = twins::judge(muon_like());
+  EXPECT_EQ(v.verdict, VerdictClass::kEquivariant);
+  EXPECT_TRUE(v.chaotic);
+  EXPECT_EQ(twins::verdict_label(v), "equivariant (chaotic)");
+  // Past step 100 (300..1500) the worst gap is at 300: log10(0.35 / 0.3).
+  EXPECT_NEAR(v.track_decades, std::log10(0.35 / 0.3), 1e-12);
+}
+
+TEST(Verdict, NonZeroIdentityTwinIsInvalidWhateverElse) {
+  std::vector<double> identity(9, 0.0);
+  identity[7] = 1e-9;  // one checkpoint, one bit of nondeterminism
+  auto records = adam_like();
+  records[1] = record("adam", TwinKind::kIdentity, 0, kSteps, identity);
+  auto v = twins::judge(records);
+  EXPECT_EQ(v.verdict, VerdictClass::kInvalid);
+  EXPECT_EQ(twins::verdict_label(v), "invalid (nondeterministic)");
+  EXPECT_EQ(v.identity_max, 1e-9);
+  // Only a per-head QK drift non-zero: still invalid.
+  records = scalar_adam_like();
+  records[1].qk_per_head[3] = 1e-12;
+  EXPECT_EQ(twins::judge(records).verdict, VerdictClass::kInvalid);
+}
+
+TEST(Verdict, OnsetThresholdIsStrictlyAboveTenTimes) {
+  auto records = scalar_adam_like();
+  records[0].curve[1].logit_drift = 10 * 2.9e-5;  // exactly 10x: not above
+  EXPECT_EQ(twins::judge(records).verdict, VerdictClass::kEquivariant);
+  records[0].curve[1].logit_drift = 10.01 * 2.9e-5;
+  EXPECT_EQ(twins::judge(records).verdict, VerdictClass::kBasisDependent);
+}
+
+TEST(Verdict, ChaosNeedsBothTheFinalDriftAndTheTracking) {
+  // Tracking within 0.3 decades but ending below 1e-2: not chaotic.
+  auto quiet = quad("x", std::vector<double>(9, 2e-3),
+                    std::vector<double>(9, 1e-3), std::vector<double>(9, 1));
+  auto v = twins::judge(quiet);
+  EXPECT_EQ(v.verdict, VerdictClass::kEquivariant);
+  EXPECT_FALSE(v.chaotic);
+  // Ending high but 0.31 decades from the noise twin at one checkpoint.
+  auto apart = muon_like();
+  apart[0].curve[6].logit_drift =
+      apart[2].curve[6].logit_drift * std::pow(10.0, 0.31);
+  EXPECT_FALSE(twins::judge(apart).chaotic);
+  // Step 100 itself does not count (Muon is 0.3 decades off there).
+  auto at100 = muon_like();
+  at100[0].curve[4].logit_drift = 1e-6;
+  EXPECT_TRUE(twins::judge(at100).chaotic);
+}
+
+TEST(Verdict, NoStepOneIsUndetermined) {
+  auto records = adam_like();
+  records[0].curve.resize(1);  // diverged before step 1's checkpoint
+  records[0].status = "diverged";
+  records[0].diverged_step = 1;
+  auto v = twins::judge(records);
+  EXPECT_EQ(v.verdict, VerdictClass::kUndetermined);
+  EXPECT_NE(v.note.find("gauge diverged at step 1"), std::string::npos);
+}
+
+TEST(Verdict, MissingOrDuplicateTwinsThrow) {
+  auto records = adam_like();
+  records.pop_back();
+  EXPECT_THROW(twins::judge(records), c10::Error);
+  records = adam_like();
+  records.push_back(records[0]);
+  EXPECT_THROW(twins::judge(records), c10::Error);
+}
+
+TEST(Verdict, JudgeAllGroupsByOptimizerInFirstSeenOrder) {
+  std::vector<PairResult> all;
+  for (auto& group : {muon_like(), adam_like()}) {
+    for (auto& r : group)
+      all.push_back(r);
+  }
+  std::swap(all[1], all[6]);  // interleave the two optimizers
+  auto verdicts = twins::judge_all(all);
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0].opt, "muon");
+  EXPECT_TRUE(verdicts[0].chaotic);
+  EXPECT_EQ(verdicts[1].verdict, VerdictClass::kBasisDependent);
+}
+
+TEST(VerdictSpecs, FourPairsPerOptimizerInTheTripletOrder) {
+  twins::PlanRequest r;
+  r.opts = {"adam", "adam-p"};
+  r.adam_ps = {0.25};
+  auto specs = twins::verdict_specs(r);
+  ASSERT_EQ(specs.size(), 8u);
+  EXPECT_EQ(specs[0].twin, TwinKind::kGauge);
+  EXPECT_EQ(specs[0].twin_seed, 777u);
+  EXPECT_EQ(specs[1].twin, TwinKind::kIdentity);
+  EXPECT_EQ(specs[2].twin, TwinKind::kNoise);
+  EXPECT_EQ(specs[2].noise_scale, 1e-7);
+  EXPECT_EQ(specs[2].twin_seed, 888u);
+  EXPECT_EQ(specs[3].noise_scale, 1e-5);
+  EXPECT_EQ(specs[4].opt, "adam-p0.25");
+  r.opts = {"adam", "adam"};
+  r.adam_ps.clear();
+  EXPECT_THROW(twins::verdict_specs(r), c10::Error);
+  r.opts = {"adam"};
+  r.init_seeds = {1, 2};
+  EXPECT_THROW(twins::verdict_specs(r), c10::Error);
+}
+
+TEST(ZooTable, TenOptimizersFortyPairsPredictedNextToMeasured) {
+  auto specs = twins::zoo_specs();
+  ASSERT_EQ(specs.size(), 40u);
+  EXPECT_EQ(specs.front().task, "mod47");
+  EXPECT_EQ(specs.front().dtype, torch::kFloat);
+  EXPECT_EQ(specs.back().opt, "adam-p0.5");
+  std::vector<PairResult> results;
+  for (auto& group : {adam_like(), muon_like()}) {
+    for (auto& r : group)
+      results.push_back(r);
+  }
+  const std::string table = twins::format_zoo_table(results);
+  EXPECT_NE(table.find("predicted"), std::string::npos) << table;
+  EXPECT_NE(table.find("equivariant (chaotic)"), std::string::npos) << table;
+  EXPECT_NE(table.find("2/2 verdicts as predicted"), std::string::npos)
+      << table;
+}
+
+// Hand-made dial records: step-1 drift 4e-3 * p (the floor at p = 0).
+std::vector<PairResult> dial_records() {
+  std::vector<PairResult> out;
+  for (double p : twins::dial_exponents()) {
+    const double d1 = p == 0 ? 1.6e-7 : 4e-3 * p;
+    out.push_back(record("adam-p" + fmt::format("{}", p), TwinKind::kGauge, 0,
+                         {0, 1, 100, 1500}, {1.8e-7, d1, 100 * d1, 200 * d1}));
+    out.back().spec.lr = 1e-3;
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+TEST(DialTable, SixGaugePairsOneLrSortedByP) {
+  auto specs = twins::dial_specs();
+  ASSERT_EQ(specs.size(), 6u);
+  EXPECT_EQ(specs[0].opt, "adam-p0");
+  EXPECT_EQ(specs[1].opt, "adam-p0.125");
+  EXPECT_EQ(specs[5].opt, "adam-p1");
+  for (const auto& s : specs) {
+    EXPECT_EQ(s.twin, TwinKind::kGauge);
+    EXPECT_EQ(s.lr, 1e-3);
+  }
+  auto points = twins::dial_points(dial_records());
+  ASSERT_EQ(points.size(), 6u);
+  EXPECT_EQ(points.front().p, 0.0);
+  EXPECT_EQ(points.back().step1, 4e-3);
+  const std::string table = twins::format_dial_table(dial_records());
+  EXPECT_NE(table.find("lr 0.001 for every p"), std::string::npos) << table;
+  EXPECT_LT(table.find("0.125"), table.find("0.75")) << table;
+  const std::string plot = twins::format_dial_plot(dial_records());
+  EXPECT_NE(plot.find('1'), std::string::npos) << plot;
+  EXPECT_NE(plot.find("p = 1"), std::string::npos) << plot;
+}
+
+// ---------------------------------------------------------------------------
+// `twin-run verdict` end to end
+
+struct Outcome {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+Outcome twin_run(const std::string& args, const fs::path& dir) {
+  const fs::path out = dir / "stdout", err = dir / "stderr";
+  const std::string cmd = "cd '" + dir.string() + "' && '" TWIN_RUN_PATH "' " +
+                          args + " >'" + out.string() + "' 2>'" + err.string() +
+                          "'";
+  const int status = std::system(cmd.c_str());
+  Outcome o;
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.out = slurp(out);
+  o.err = slurp(err);
+  return o;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() /
+               ("twins-verdict-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(VerdictCli, BadInputGivesOneLineNonZeroExitAndNoFile) {
+  for (const auto& [args, mention] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"verdict --opt adamx", "adamx"},
+           {"verdict --opt adam-p1.5", "1.5"},
+           {"verdict --opt adam-p --p 1.5", "1.5"},
+           {"verdict --opt adam-p --p=-0.5", "-0.5"},
+           {"verdict --opt adam-pfoo", "adam-pfoo"},
+           {"verdict --opt adam --p 0.5", "--p"},
+           {"verdict --opt adam,adam", "adam"},
+           {"verdict", "--opt"},
+           {"--opt adam-p2", "adam-p2"},
+           {"--opt adam-p --p 7", "7"}}) {
+    const fs::path dir = fresh_dir("bad");
+    Outcome o = twin_run(args + " --steps 2 --out r.jsonl", dir);
+    EXPECT_NE(o.code, 0) << args;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << args << "\n"
+                                                               << o.err;
+    EXPECT_NE(o.err.find(mention), std::string::npos)
+        << args << " -> " << o.err;
+    EXPECT_FALSE(fs::exists(dir / "r.jsonl")) << args;
+    EXPECT_FALSE(fs::exists(dir / "runs")) << args;
+    fs::remove_all(dir);
+  }
+}
+
+TEST(VerdictCli, TinyRunPrintsOneVerdictPerOptimizerAndFourRecordsEach) {
+  const fs::path dir = fresh_dir("run");
+  Outcome o = twin_run(
+      "verdict --opt adam,sgd --task mod11 --d-model 16 --heads 4 --mlp 64 "
+      "--steps 3 --quiet --out r.jsonl",
+      dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.err, "");
+  EXPECT_NE(o.out.find("adam         basis-dependent"), std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("sgd          equivariant"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("predicted equivariant"), std::string::npos) << o.out;
+  std::ifstream f(dir / "r.jsonl");
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["task"], "mod11");
+    ++n;
+  }
+  EXPECT_EQ(n, 8);
+  fs::remove_all(dir);
+}
+
+}  // namespace
