@@ -1,0 +1,85 @@
+// The benchmark's bookkeeping: the analytic FLOP count of a training step
+// and a quick end-to-end run of `twin-run bench`.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/flops.h"
+#include "twin_run_path.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+TEST(Flops, Mod47StepCountsEveryProductOfTheShortcutModel) {
+  model::ModelConfig cfg;  // mod47: 2 layers, d 64, 4 heads, mlp 256
+  const double rows = 883 * 3, last = 883, d = 64, mlp = 256;
+  // Forward multiply-adds, layer 1 on every position, layer 2 with the
+  // last-position shortcut (K and V still on every position), then head.
+  const double layer1 = rows * (4 * d * d + 2 * d * mlp) +
+                        883 * 4 * (3 * 16 * 3 + 3 * 3 * 16);
+  const double layer2 = rows * 2 * d * d + last * (2 * d * d + 2 * d * mlp) +
+                        883 * 4 * (1 * 16 * 3 + 1 * 3 * 16);
+  const double head = last * d * 47;
+  // x 2 FLOPs per multiply-add, x 3 for forward + the two backward products.
+  const double expected = 2 * 3 * (layer1 + layer2 + head);
+  const auto shapes = model::training_step_matmuls(cfg, 883, 3);
+  EXPECT_DOUBLE_EQ(model::total_flops(shapes), expected);
+  EXPECT_NEAR(expected / 1e9, 1.15, 0.01);  // ~1.15 GFLOP per model step
+}
+
+TEST(Flops, FullModelScalesWithTokensAndDepth) {
+  model::ModelConfig cfg;
+  cfg.last_only = false;
+  cfg.causal = true;
+  cfg.vocab_in = cfg.vocab_out = 65;
+  cfg.n_ctx = 16;
+  const double one = model::total_flops(model::training_step_matmuls(cfg, 4, 16));
+  const double two = model::total_flops(model::training_step_matmuls(cfg, 8, 16));
+  EXPECT_DOUBLE_EQ(two, 2 * one);  // linear in the number of sequences
+  cfg.depth = 4;
+  const double deeper =
+      model::total_flops(model::training_step_matmuls(cfg, 4, 16));
+  const double head = 2 * 3 * 4 * 16 * 64 * 65.0;
+  EXPECT_DOUBLE_EQ(deeper - head, 2 * (one - head));  // per layer
+}
+
+TEST(BenchCommand, QuickRunWritesRowsWithPositiveFigures) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("twins-bench-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string out = (dir / "bench.json").string();
+  const std::string cmd = std::string("'") + TWIN_RUN_PATH +
+                          "' bench --quick --rows mod47-f32-seq1,mod47-f32 "
+                          "--out '" + out + "' > '" + (dir / "log").string() +
+                          "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::ifstream f(out);
+  const auto j = nlohmann::json::parse(f);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  for (const auto& r : j["rows"]) {
+    EXPECT_GT(r["s_per_pair_step"].get<double>(), 0);
+    EXPECT_GT(r["roof_gflops"].get<double>(), 0);
+    EXPECT_GT(r["model_gflops"].get<double>(), 0);
+    EXPECT_EQ(r["task"], "mod47");
+  }
+  for (const auto& r : j["rows"]) {  // in the benchmark's own row order
+    EXPECT_EQ(r["concurrent_copies"], r["row"] == "mod47-f32") << r["row"];
+  }
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+  fs::remove_all(dir);
+}
+
+TEST(BenchCommand, UnknownRowIsAOneLineError) {
+  const std::string cmd = std::string("'") + TWIN_RUN_PATH +
+                          "' bench --rows mod99-f16 > /dev/null 2>&1";
+  const int status = std::system(cmd.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+}
+
+}  // namespace
