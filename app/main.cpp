@@ -10,6 +10,8 @@
 
 #include "app/bench_cmd.h"
 #include "app/cli.h"
+#include "app/plot_cmd.h"
+#include "app/table_cmd.h"
 #include "app/verdict_cmd.h"
 
 namespace {
@@ -33,6 +35,10 @@ int main(int argc, char** argv) {
   });
   app::RunFlags run_flags;
   app::setup_run(cli, run_flags);
+  app::TableFlags table_flags;
+  CLI::App* table = app::setup_table(cli, table_flags);
+  app::PlotFlags plot_flags;
+  CLI::App* plot = app::setup_plot(cli, plot_flags);
   app::VerdictFlags verdict_flags;
   CLI::App* verdict = cli.add_subcommand(
       "verdict",
@@ -48,6 +54,8 @@ int main(int argc, char** argv) {
     return cli.exit(e);
   }
   try {
+    if (table->parsed()) return app::run_table(table_flags);
+    if (plot->parsed()) return app::run_plot(plot_flags);
     if (verdict->parsed()) return app::run_verdict(verdict_flags);
     if (bench->parsed()) return app::run_bench(bench_flags);
     return app::run_run(run_flags);

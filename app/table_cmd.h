@@ -1,0 +1,30 @@
+// `twin-run table`: run one of the paper's named job sets (resumable,
+// parallel, shardable) and aggregate it; or aggregate results files alone.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace app {
+
+struct TableFlags {
+  std::string name;                    // table3, multiseed, table9-...
+  bool list = false;                   // print the tables and exit
+  std::vector<std::string> aggregate;  // results files to aggregate only
+  std::string out;    // results file; empty = runs/<name>[-...].jsonl
+  int jobs = 1;       // pairs at once on this machine
+  std::string shard;  // I/N: this machine's part of the job list
+  int64_t steps = 0;  // overrides for a quick look (0 / empty: paper's)
+  std::string device;
+  std::string dtype;
+  bool plot = false;   // also draw the figures
+  bool quiet = false;  // no progress lines
+};
+
+// Adds the `table` subcommand to `parent`, bound to `flags`.
+CLI::App* setup_table(CLI::App& parent, TableFlags& flags);
+int run_table(const TableFlags& flags);
+
+}  // namespace app

@@ -1,0 +1,791 @@
+#include "twins/aggregate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "optim/registry.h"
+#include "twins/plan.h"
+#include "twins/report.h"
+
+namespace twins {
+
+namespace {
+
+// ===========================================================================
+// The paper's numbers (PROTOCOL §7), one entry per figure.
+
+struct PaperEntry {
+  const char* id;
+  double lo, hi;
+  const char* text;
+};
+
+constexpr double kNoBound = 0;  // lower end of a "≤ x" bound
+
+const PaperEntry kPaper[] = {
+    // Table 3: drift at step 0 / 1 / 100 / 1500 (mod-47, CPU float32).
+    {"table3/adam/gauge/0", 1.8e-7, 1.8e-7, "1.8e-7"},
+    {"table3/adam/gauge/1", 3.6e-3, 3.6e-3, "3.6e-3"},
+    {"table3/adam/gauge/100", 0.65, 0.65, "0.65"},
+    {"table3/adam/gauge/last", 0.77, 0.77, "0.77"},
+    {"table3/adam/identity/0", 0, 0, "0"},
+    {"table3/adam/identity/1", 0, 0, "0"},
+    {"table3/adam/identity/100", 0, 0, "0"},
+    {"table3/adam/identity/last", 0, 0, "0"},
+    {"table3/adam/noise/0", 2.6e-7, 2.6e-7, "2.6e-7"},
+    {"table3/adam/noise/1", 2.9e-7, 2.9e-7, "2.9e-7"},
+    {"table3/adam/noise/100", 1.7e-5, 1.7e-5, "1.7e-5"},
+    {"table3/adam/noise/last", 1.6e-5, 1.6e-5, "1.6e-5"},
+    {"table3/sgd/gauge/0", 1.8e-7, 1.8e-7, "1.8e-7"},
+    {"table3/sgd/gauge/1", 2.9e-7, 2.9e-7, "2.9e-7"},
+    {"table3/sgd/gauge/100", 3.7e-5, 3.7e-5, "3.7e-5"},
+    {"table3/sgd/gauge/last", 2.0e-5, 2.0e-5, "2.0e-5"},
+    {"table3/scalar-adam/gauge/0", 1.8e-7, 1.8e-7, "1.8e-7"},
+    {"table3/scalar-adam/gauge/1", 1.6e-7, 1.6e-7, "1.6e-7"},
+    {"table3/scalar-adam/gauge/100", 4.1e-6, 4.1e-6, "4.1e-6"},
+    {"table3/scalar-adam/gauge/last", 4.3e-6, 4.3e-6, "4.3e-6"},
+    {"table3/muon/gauge/0", 1.8e-7, 1.8e-7, "1.8e-7"},
+    {"table3/muon/gauge/1", 2.2e-7, 2.2e-7, "2.2e-7"},
+    {"table3/muon/gauge/100", 2.3e-2, 2.3e-2, "2.3e-2"},
+    {"table3/muon/gauge/last", 0.85, 0.85, "0.85"},
+    {"table3/muon/noise/0", 2.6e-7, 2.6e-7, "2.6e-7"},
+    {"table3/muon/noise/1", 2.9e-7, 2.9e-7, "2.9e-7"},
+    {"table3/muon/noise/100", 4.0e-2, 4.0e-2, "4.0e-2"},
+    {"table3/muon/noise/last", 0.87, 0.87, "0.87"},
+    {"table3/adam-qk-final", 0.56, 0.56, "0.56"},
+    {"table3/adam-val-acc", 0.40, 0.40, "≈ 0.40"},
+    {"table3/adam-dacc", kNoBound, 0.0023, "≤ 0.0023"},
+    // Appendix D.5 (mod-47, CPU float32, several seeds).
+    {"multiseed/adam-gauge-step1", 3.4e-3, 5.4e-3, "3.4–5.4e-3"},
+    {"multiseed/adam-gauge-final", 0.69, 0.80, "0.69–0.80"},
+    {"multiseed/adam-dacc", kNoBound, 0.0023, "≤ 0.0023"},
+    {"multiseed/adam-noise-1e-7-final", 1.4e-5, 1.4e-5, "1.4e-5"},
+    {"multiseed/adam-noise-1e-5-final", 1.0e-3, 1.0e-3, "1.0e-3"},
+    {"multiseed/structural-ratio", 662, 662, "662x (claim: > 600x)"},
+    {"multiseed/sgd-final-max", kNoBound, 3.7e-4, "≤ 3.7e-4"},
+    {"multiseed/scalar-adam-final-max", kNoBound, 4.3e-6, "≤ 4.3e-6"},
+    {"multiseed/muon-chaos-42", 0.04, 0.04, "0.04"},
+    {"multiseed/muon-chaos-123", 0.01, 0.01, "0.01"},
+    {"multiseed/adam-identity", 0, 0, "0"},
+    // Table 9 (float64): Adam gauge step 1, worst equivariant step 1, Adam
+    // final, onset ratio; the identity twin is exactly 0 everywhere.
+    {"table9/mod47-2L-d64/adam-step1", 4.0e-3, 5.7e-3, "4.0–5.7e-3"},
+    {"table9/mod47-2L-d64/eq-step1", 5.4e-16, 5.4e-16, "5.4e-16"},
+    {"table9/mod47-2L-d64/adam-final", 0.69, 0.78, "0.69–0.78"},
+    {"table9/mod47-2L-d64/onset", 93, 93, "93x"},
+    {"table9/mod97-4L-d128/adam-step1", 8.2e-3, 11e-3, "8.2–11e-3"},
+    {"table9/mod97-4L-d128/eq-step1", 7.3e-16, 7.3e-16, "7.3e-16"},
+    {"table9/mod97-4L-d128/adam-final", 0.66, 0.75, "0.66–0.75"},
+    {"table9/mod97-4L-d128/onset", 158, 158, "158x"},
+    {"table9/mod97-6L-d256/adam-step1", 6.5e-3, 7.2e-3, "6.5–7.2e-3"},
+    {"table9/mod97-6L-d256/eq-step1", 1.1e-15, 1.1e-15, "1.1e-15"},
+    {"table9/mod97-6L-d256/adam-final", 0.61, 0.64, "0.61–0.64"},
+    {"table9/mod97-6L-d256/onset", 94, 94, "94x"},
+    {"table9/charlm-6L-d256/adam-step1", 2.2e-3, 2.4e-3, "2.2–2.4e-3"},
+    {"table9/charlm-6L-d256/eq-step1", 8.0e-16, 8.0e-16, "8.0e-16"},
+    {"table9/charlm-6L-d256/adam-final", 0.36, 0.37, "0.36–0.37"},
+    {"table9/charlm-6L-d256/onset", 39, 39, "39x"},
+    {"table9/identity", 0, 0, "0"},
+};
+
+PaperValue paper(const std::string& id) {
+  for (const auto& e : kPaper) {
+    if (id == e.id) {
+      return PaperValue{e.lo, e.hi, e.text};
+    }
+  }
+  return {};
+}
+
+// ===========================================================================
+// Reading figures off PairResults
+
+double drift_at(const PairResult& r, int64_t step) {
+  for (const auto& c : r.curve) {
+    if (c.step == step) {
+      return c.logit_drift;
+    }
+  }
+  return std::nan("");
+}
+
+// The drift at the end of training; NaN for a diverged pair.
+double final_drift(const PairResult& r) {
+  if (r.status != "ok" || r.curve.empty() ||
+      r.curve.back().step != r.spec.steps) {
+    return std::nan("");
+  }
+  return r.curve.back().logit_drift;
+}
+
+double mean(const std::vector<double>& v) {
+  if (v.empty()) {
+    return std::nan("");
+  }
+  double s = 0;
+  for (double x : v) {
+    s += x;
+  }
+  return s / double(v.size());
+}
+
+// min–max of the finite values.
+Figure range_of(const std::vector<double>& values, Unit unit,
+                PaperValue p = {}) {
+  Figure f;
+  f.unit = unit;
+  f.paper = std::move(p);
+  for (double v : values) {
+    if (!std::isfinite(v)) {
+      continue;
+    }
+    f.lo = f.n == 0 ? v : std::min(f.lo, v);
+    f.hi = f.n == 0 ? v : std::max(f.hi, v);
+    ++f.n;
+  }
+  return f;
+}
+
+Figure max_of(const std::vector<double>& values, Unit unit, PaperValue p = {}) {
+  Figure f = range_of(values, unit, std::move(p));
+  f.lo = f.hi;
+  return f;
+}
+
+Figure value(double v, int n, Unit unit, PaperValue p = {}) {
+  Figure f;
+  f.unit = unit;
+  f.paper = std::move(p);
+  if (std::isfinite(v) && n > 0) {
+    f.lo = f.hi = v;
+    f.n = n;
+  }
+  return f;
+}
+
+using Results = std::vector<const PairResult*>;
+
+// Pairs of `opt` and `twin` (and noise `scale`, for noise twins).
+Results pick(const std::vector<PairResult>& all, const std::string& opt,
+             TwinKind twin, double scale = 0) {
+  Results out;
+  for (const auto& r : all) {
+    if (r.spec.opt != opt || r.spec.twin != twin) {
+      continue;
+    }
+    if (twin == TwinKind::kNoise && r.spec.noise_scale != scale) {
+      continue;
+    }
+    out.push_back(&r);
+  }
+  return out;
+}
+
+std::vector<double> at_step(const Results& rs, int64_t step) {
+  std::vector<double> v;
+  for (const auto* r : rs) {
+    v.push_back(drift_at(*r, step));
+  }
+  return v;
+}
+
+std::vector<double> finals(const Results& rs) {
+  std::vector<double> v;
+  for (const auto* r : rs) {
+    v.push_back(final_drift(*r));
+  }
+  return v;
+}
+
+// The largest |drift| over every checkpoint of the pairs (the identity
+// twin's check); n counts pairs.
+Figure largest_anywhere(const Results& rs, PaperValue p) {
+  std::vector<double> v;
+  for (const auto* r : rs) {
+    for (const auto& c : r->curve) {
+      v.push_back(std::fabs(c.logit_drift));
+    }
+  }
+  Figure f = max_of(v, Unit::kDrift, std::move(p));
+  if (f.n > 0) {
+    f.n = static_cast<int>(rs.size());
+  }
+  return f;
+}
+
+// PROTOCOL §6: mean over checkpoints after step 100 of
+// |log10(gauge drift / noise drift)|.
+double chaos_metric(const PairResult& gauge, const PairResult& noise) {
+  std::vector<double> v;
+  for (const auto& c : gauge.curve) {
+    if (c.step <= 100) {
+      continue;
+    }
+    const double n = drift_at(noise, c.step);
+    if (c.logit_drift > 0 && n > 0 && std::isfinite(c.logit_drift) &&
+        std::isfinite(n)) {
+      v.push_back(std::fabs(std::log10(c.logit_drift / n)));
+    }
+  }
+  return mean(v);
+}
+
+bool predicted_equivariant(const std::string& opt) {
+  return opt != "adam" && optim::has_optimizer(opt) &&
+         optim::find_optimizer(opt).predicted ==
+             optim::Equivariance::kEquivariant;
+}
+
+std::string twin_label(const PairSpec& s) {
+  if (s.twin == TwinKind::kIdentity) {
+    return "A=I";
+  }
+  if (s.twin == TwinKind::kNoise) {
+    return "noise " + format_scale(s.noise_scale);
+  }
+  return "gauge";
+}
+
+// ===========================================================================
+// Layouts
+
+// PROTOCOL §7 Table 3: one row per (optimizer, twin, noise scale), the
+// paper's rows first, then any other combination the results hold.
+std::vector<Section> table3_sections(const std::vector<PairResult>& all) {
+  struct RowKey {
+    std::string opt;
+    TwinKind twin;
+    double scale;
+    bool operator<(const RowKey& o) const {
+      return std::tie(opt, twin, scale) < std::tie(o.opt, o.twin, o.scale);
+    }
+  };
+  std::vector<RowKey> keys;
+  std::set<RowKey> seen;
+  auto add = [&](const RowKey& k) {
+    if (seen.insert(k).second) {
+      keys.push_back(k);
+    }
+  };
+  for (const auto& [opt, twin] : table3_rows()) {
+    const RowKey k{opt, twin, twin == TwinKind::kNoise ? 1e-7 : 0.0};
+    if (!pick(all, k.opt, k.twin, k.scale).empty()) {
+      add(k);
+    }
+  }
+  for (const auto& r : all) {
+    add({r.spec.opt, r.spec.twin,
+         r.spec.twin == TwinKind::kNoise ? r.spec.noise_scale : 0.0});
+  }
+
+  std::set<int64_t> steps;
+  for (const auto& r : all) {
+    steps.insert(r.spec.steps);
+  }
+  Section s;
+  s.id = "table3";
+  s.title = "Relative logit drift between the twins";
+  s.label_columns = {"optimizer", "twin"};
+  s.columns = {"step 0", "step 1", "step 100",
+               steps.size() == 1 ? fmt::format("step {}", *steps.begin())
+                                 : std::string("last")};
+  s.notes.push_back(
+      "The paper's value in brackets (its last column is step 1500). A range "
+      "a–b spans several pairs of the row.");
+  for (const auto& k : keys) {
+    const Results rs = pick(all, k.opt, k.twin, k.scale);
+    const bool paper_row = k.twin != TwinKind::kNoise || k.scale == 1e-7;
+    auto pv = [&](const char* col) {
+      return paper_row ? paper(fmt::format("table3/{}/{}/{}", k.opt,
+                                           to_string(k.twin), col))
+                       : PaperValue{};
+    };
+    Section::Row row;
+    row.labels = {display_name(k.opt), twin_label(rs.front()->spec)};
+    row.figures = {range_of(at_step(rs, 0), Unit::kDrift, pv("0")),
+                   range_of(at_step(rs, 1), Unit::kDrift, pv("1")),
+                   range_of(at_step(rs, 100), Unit::kDrift, pv("100")),
+                   range_of(finals(rs), Unit::kDrift, pv("last"))};
+    s.rows.push_back(std::move(row));
+  }
+
+  // The sentences under Table 3: Adam's QK drift and accuracies.
+  Section e;
+  e.id = "table3-extra";
+  e.title = "Adam gauge twins at the end";
+  e.label_columns = {"figure"};
+  e.columns = {"measured"};
+  e.paper_column = true;
+  const Results adam = pick(all, "adam", TwinKind::kGauge);
+  std::vector<double> qk, acc, dacc;
+  for (const auto* r : adam) {
+    qk.push_back(mean(r->qk_per_head));
+    acc.push_back(r->val_acc[0]);
+    acc.push_back(r->val_acc[1]);
+    dacc.push_back(std::fabs(r->val_acc[0] - r->val_acc[1]));
+  }
+  e.rows.push_back(
+      {{"final QK drift (mean over heads)"},
+       {range_of(qk, Unit::kDrift, paper("table3/adam-qk-final"))}});
+  e.rows.push_back(
+      {{"validation accuracy, both copies"},
+       {range_of(acc, Unit::kAccuracy, paper("table3/adam-val-acc"))}});
+  e.rows.push_back(
+      {{"Δ validation accuracy between the copies (abs)"},
+       {max_of(dacc, Unit::kAccuracy, paper("table3/adam-dacc"))}});
+  if (adam.empty()) {
+    return {s};
+  }
+  return {s, e};
+}
+
+// Appendix D.5: ranges over seeds and the derived statistics of §6.
+std::vector<Section> multiseed_sections(const std::vector<PairResult>& all) {
+  Section s;
+  s.id = "multiseed";
+  s.title = "Multi-seed summary (Appendix D.5)";
+  s.label_columns = {"statistic"};
+  s.columns = {"measured"};
+  s.paper_column = true;
+  auto row = [&](std::string label, Figure f) {
+    s.rows.push_back({{std::move(label)}, {std::move(f)}});
+  };
+
+  const Results gauge = pick(all, "adam", TwinKind::kGauge);
+  row("Adam gauge, step-1 drift (min–max)",
+      range_of(at_step(gauge, 1), Unit::kDrift,
+               paper("multiseed/adam-gauge-step1")));
+  row("Adam gauge, final drift (min–max)",
+      range_of(finals(gauge), Unit::kDrift,
+               paper("multiseed/adam-gauge-final")));
+  std::vector<double> dacc;
+  for (const auto* r : gauge) {
+    dacc.push_back(std::fabs(r->val_acc[0] - r->val_acc[1]));
+  }
+  row("Adam gauge, Δ validation accuracy between the copies (abs, max)",
+      max_of(dacc, Unit::kAccuracy, paper("multiseed/adam-dacc")));
+
+  std::set<double> scales;
+  for (const auto& r : all) {
+    if (r.spec.opt == "adam" && r.spec.twin == TwinKind::kNoise) {
+      scales.insert(r.spec.noise_scale);
+    }
+  }
+  for (double scale : scales) {
+    row(fmt::format("Adam noise {}, final drift", format_scale(scale)),
+        range_of(finals(pick(all, "adam", TwinKind::kNoise, scale)),
+                 Unit::kDrift,
+                 paper(fmt::format("multiseed/adam-noise-{}-final",
+                                   format_scale(scale)))));
+  }
+
+  // Structural and onset ratios against the 100x-stronger (1e-5) noise twin.
+  const Results strong = pick(all, "adam", TwinKind::kNoise, 1e-5);
+  const Figure gauge_final = range_of(finals(gauge), Unit::kDrift);
+  const Figure gauge_step1 = range_of(at_step(gauge, 1), Unit::kDrift);
+  const Figure strong_final = range_of(finals(strong), Unit::kDrift);
+  const Figure strong_step1 = range_of(at_step(strong, 1), Unit::kDrift);
+  row("structural ratio: min final Adam gauge / final noise 1e-5",
+      value(gauge_final.lo / strong_final.lo,
+            std::min(gauge_final.n, strong_final.n), Unit::kRatio,
+            paper("multiseed/structural-ratio")));
+  row("onset ratio: min step-1 Adam gauge / step-1 noise 1e-5",
+      value(gauge_step1.lo / strong_step1.lo,
+            std::min(gauge_step1.n, strong_step1.n), Unit::kRatio));
+
+  for (const char* opt : {"sgd", "scalar-adam"}) {
+    row(fmt::format("{} gauge, final drift (max)", display_name(opt)),
+        max_of(finals(pick(all, opt, TwinKind::kGauge)), Unit::kDrift,
+               paper(fmt::format("multiseed/{}-final-max", opt))));
+  }
+  row("Muon gauge, final drift (min–max)",
+      range_of(finals(pick(all, "muon", TwinKind::kGauge)), Unit::kDrift));
+
+  // The chaos metric pairs each Muon gauge twin with the 1e-7 noise twin of
+  // the same init seed.
+  const Results muon_noise = pick(all, "muon", TwinKind::kNoise, 1e-7);
+  for (const auto* g : pick(all, "muon", TwinKind::kGauge)) {
+    const PairResult* n = nullptr;
+    for (const auto* c : muon_noise) {
+      if (c->spec.init_seed == g->spec.init_seed) {
+        n = c;
+      }
+    }
+    row(fmt::format("Muon chaos metric, init {} (gauge seed {}), decades",
+                    g->spec.init_seed, g->spec.twin_seed),
+        value(
+            n ? chaos_metric(*g, *n) : std::nan(""), n ? 1 : 0, Unit::kDecades,
+            paper(fmt::format("multiseed/muon-chaos-{}", g->spec.init_seed))));
+  }
+  row("Adam identity (A=I), largest drift at any checkpoint",
+      largest_anywhere(pick(all, "adam", TwinKind::kIdentity),
+                       paper("multiseed/adam-identity")));
+  s.notes.push_back(
+      "Ratios use the 100x-stronger noise twin (1e-5); the chaos metric is "
+      "the mean |log10(gauge / noise)| over checkpoints after step 100 "
+      "(PROTOCOL §6); below ~0.1 decades a gauge twin is just chaos.");
+  return {s};
+}
+
+// Table 9: one row per configuration (task and model shape).
+std::vector<Section> table9_sections(const std::vector<PairResult>& all) {
+  Section s;
+  s.id = "table9";
+  s.title = "Twin drift at scale and on real text";
+  s.label_columns = {"config"};
+  s.columns = {"Adam gauge, step 1", "eq., step 1 (worst)", "Adam, final",
+               "onset ratio", "A=I, any step"};
+
+  std::map<std::string, std::vector<PairResult>> groups;
+  std::vector<std::string> order;
+  for (const auto& r : all) {
+    const PairSpec& p = r.spec;
+    const std::string id =
+        fmt::format("{}-{}L-d{}", p.task, p.depth, p.d_model);
+    if (!groups.count(id)) {
+      order.push_back(id);
+    }
+    groups[id].push_back(r);
+  }
+  for (const auto& id : order) {
+    const auto& g = groups[id];
+    const PairSpec& p = g.front().spec;
+    const std::string task =
+        p.task == "charlm" ? "char-LM" : "mod-" + p.task.substr(3);
+    const Results gauge = pick(g, "adam", TwinKind::kGauge);
+    Results eq;
+    for (const auto& r : g) {
+      if (r.spec.twin == TwinKind::kGauge &&
+          predicted_equivariant(r.spec.opt)) {
+        eq.push_back(&r);
+      }
+    }
+    const Figure step1 = range_of(at_step(gauge, 1), Unit::kDrift,
+                                  paper("table9/" + id + "/adam-step1"));
+    const Figure strong1 = range_of(
+        at_step(pick(g, "adam", TwinKind::kNoise, 1e-5), 1), Unit::kDrift);
+    Section::Row row;
+    row.labels = {fmt::format("{}, {}L, d={}", task, p.depth, p.d_model)};
+    row.figures = {step1,
+                   max_of(at_step(eq, 1), Unit::kDrift,
+                          paper("table9/" + id + "/eq-step1")),
+                   range_of(finals(gauge), Unit::kDrift,
+                            paper("table9/" + id + "/adam-final")),
+                   value(step1.lo / strong1.lo, std::min(step1.n, strong1.n),
+                         Unit::kRatio, paper("table9/" + id + "/onset")),
+                   largest_anywhere(pick(g, "adam", TwinKind::kIdentity),
+                                    paper("table9/identity"))};
+    s.rows.push_back(std::move(row));
+  }
+  s.notes.push_back(
+      "\"eq.\" is the largest step-1 gauge drift of the equivariant methods "
+      "(SGD, scalar-Adam, Muon); the onset ratio is the smallest Adam gauge "
+      "step-1 drift over the step-1 drift of the 1e-5 noise twin.");
+  return {s};
+}
+
+// ===========================================================================
+// Formatting
+
+// 3.9e-3 rather than 3.9e-03.
+std::string sci(double v) {
+  std::string s = fmt::format("{:.1e}", v);
+  const size_t e = s.find('e');
+  std::string mant = s.substr(0, e), exp = s.substr(e + 1);
+  const bool neg = exp[0] == '-';
+  exp = exp.substr(1);
+  while (exp.size() > 1 && exp[0] == '0') {
+    exp.erase(0, 1);
+  }
+  return mant + "e" + (neg ? "-" : "") + exp;
+}
+
+// 0.77 rather than 7.7e-1, but 2.3e-2 rather than 0.02, as the paper writes.
+bool plain(double v) {
+  return v == 0 || (std::fabs(v) >= 0.1 && std::fabs(v) < 1000);
+}
+
+std::string format_one(double v, Unit unit) {
+  if (std::isnan(v)) {
+    return "nan";
+  }
+  switch (unit) {
+    case Unit::kDrift:
+      if (v == 0) {
+        return "0";
+      }
+      return plain(v) ? fmt::format("{:.2f}", v) : sci(v);
+    case Unit::kRatio:
+      return std::fabs(v) >= 10 ? fmt::format("{:.0f}x", v)
+                                : fmt::format("{:.2g}x", v);
+    case Unit::kDecades:
+      return fmt::format("{:.2f}", v);
+    case Unit::kAccuracy:
+      return fmt::format("{:.4f}", v);
+  }
+  return "?";
+}
+
+std::string csv_number(double v) {
+  return std::isfinite(v) ? fmt::format("{}", v) : std::string();
+}
+
+std::string csv_text(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) {
+    return s;
+  }
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') {
+      out += '"';
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    out += (i ? sep : "") + v[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Figure::text() const {
+  if (n == 0) {
+    return "–";
+  }
+  if (lo == hi) {
+    return format_one(lo, unit);
+  }
+  if (unit == Unit::kDrift && !plain(lo) && !plain(hi)) {
+    // 3.4–5.4e-3 when both ends share the exponent, as the paper writes.
+    const std::string a = sci(lo), b = sci(hi);
+    const std::string ea = a.substr(a.find('e')), eb = b.substr(b.find('e'));
+    if (ea == eb) {
+      return a.substr(0, a.find('e')) + "–" + b;
+    }
+  }
+  return format_one(lo, unit) + "–" + format_one(hi, unit);
+}
+
+std::string format_scale(double scale) {
+  std::string s = fmt::format("{:g}", scale);
+  const size_t e = s.find("e-0");
+  if (e != std::string::npos)
+    s.erase(e + 2, 1);  // 1e-07 -> 1e-7
+  return s;
+}
+
+std::string display_name(const std::string& opt) {
+  if (opt == "adam") {
+    return "Adam";
+  }
+  if (opt == "sgd") {
+    return "SGD";
+  }
+  if (opt == "scalar-adam") {
+    return "scalar-Adam";
+  }
+  if (opt == "muon") {
+    return "Muon";
+  }
+  return opt;
+}
+
+namespace {
+
+// The results in a canonical order, so that the same records give the same
+// output however they were scheduled or merged: the tables' job-list order,
+// then any other record by key.
+std::vector<PairResult> canonical_order(std::vector<PairResult> results,
+                                        const std::vector<Table>& tables) {
+  std::map<std::string, size_t> position;
+  for (const auto& t : tables) {
+    for (const auto& p : t.pairs) {
+      position.emplace(p.key(), position.size());
+    }
+  }
+  std::vector<std::pair<std::pair<size_t, std::string>, size_t>> order;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string key = results[i].spec.key();
+    auto it = position.find(key);
+    order.push_back(
+        {{it != position.end() ? it->second : position.size(), key}, i});
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<PairResult> out;
+  for (const auto& o : order) {
+    out.push_back(std::move(results[o.second]));
+  }
+  return out;
+}
+
+}  // namespace
+
+Aggregate aggregate(Layout layout, const std::vector<PairResult>& unordered,
+                    const std::vector<Table>& tables) {
+  const std::vector<PairResult> results = canonical_order(unordered, tables);
+  Aggregate a;
+  a.layout = layout;
+  switch (layout) {
+    case Layout::kTable3:
+      a.title = "Table 3 layout";
+      a.sections = table3_sections(results);
+      break;
+    case Layout::kMultiSeed:
+      a.title = "Appendix D.5 multi-seed summary";
+      a.sections = multiseed_sections(results);
+      break;
+    case Layout::kTable9:
+      a.title = "Table 9: twin drift at scale and on real text, float64";
+      a.sections = table9_sections(results);
+      break;
+  }
+  if (tables.size() == 1) {
+    a.title = tables[0].title;
+  }
+
+  std::set<std::string> have;
+  for (const auto& r : results) {
+    have.insert(r.spec.key());
+  }
+  std::set<std::string> listed;
+  for (const auto& t : tables) {
+    if (!t.deviations.empty()) {
+      a.notes.push_back(fmt::format("{}: not the paper's configuration: {}.",
+                                    t.name, join(t.deviations, ", ")));
+    }
+    std::vector<std::string> missing;
+    for (const auto& p : t.pairs) {
+      listed.insert(p.key());
+      if (!have.count(p.key())) {
+        missing.push_back(pair_label(p));
+      }
+    }
+    if (!missing.empty()) {
+      const size_t shown = std::min<size_t>(missing.size(), 4);
+      a.notes.push_back(fmt::format(
+          "{}: {} of {} pairs not recorded yet ({}{}); their figures are "
+          "missing or partial.",
+          t.name, missing.size(), t.pairs.size(),
+          join({missing.begin(), missing.begin() + shown}, "; "),
+          missing.size() > shown ? "; ..." : ""));
+    }
+  }
+  if (!tables.empty()) {
+    size_t extra = 0;
+    for (const auto& r : results) {
+      extra += !listed.count(r.spec.key());
+    }
+    if (extra) {
+      a.notes.push_back(fmt::format(
+          "{} record(s) outside the table's job list are included.", extra));
+    }
+  }
+  for (const auto& r : results) {
+    if (r.status != "ok") {
+      a.notes.push_back(fmt::format("{} diverged at step {}.",
+                                    pair_label(r.spec), r.diverged_step));
+    }
+  }
+  a.pairs_table = format_drift_table(results);
+  return a;
+}
+
+const Figure* find_figure(const Aggregate& a, const std::string& section,
+                          const std::string& row, const std::string& column) {
+  for (const auto& s : a.sections) {
+    if (s.id != section) {
+      continue;
+    }
+    for (size_t c = 0; c < s.columns.size(); ++c) {
+      if (s.columns[c] != column) {
+        continue;
+      }
+      for (const auto& r : s.rows) {
+        if (join(r.labels, " ") == row) {
+          return &r.figures[c];
+        }
+      }
+    }
+  }
+  return nullptr;
+}
+
+std::string to_markdown(const Aggregate& a) {
+  std::string out = fmt::format("# {}\n\n", a.title);
+  for (const auto& n : a.notes) {
+    out += fmt::format("- {}\n", n);
+  }
+  if (!a.notes.empty()) {
+    out += "\n";
+  }
+  for (const auto& s : a.sections) {
+    out += fmt::format("## {}\n\n", s.title);
+    std::vector<std::string> header = s.label_columns;
+    for (const auto& c : s.columns) {
+      header.push_back(c);
+    }
+    if (s.paper_column) {
+      header.push_back("paper");
+    }
+    header.push_back("pairs");
+    out += "| " + join(header, " | ") + " |\n";
+    out += "|";
+    for (size_t i = 0; i < header.size(); ++i) {
+      out += "---|";
+    }
+    out += "\n";
+    for (const auto& r : s.rows) {
+      std::vector<std::string> cells = r.labels;
+      int n = 0;
+      for (const auto& f : r.figures) {
+        n = std::max(n, f.n);
+        cells.push_back(s.paper_column || f.paper.text.empty()
+                            ? f.text()
+                            : fmt::format("{} [{}]", f.text(), f.paper.text));
+      }
+      if (s.paper_column) {
+        std::string p = r.figures.empty() ? "" : r.figures[0].paper.text;
+        cells.push_back(p.empty() ? "–" : p);
+      }
+      cells.push_back(std::to_string(n));
+      out += "| " + join(cells, " | ") + " |\n";
+    }
+    out += "\n";
+    for (const auto& n : s.notes) {
+      out += n + "\n\n";
+    }
+  }
+  out += "## All pairs\n\n```\n" + a.pairs_table + "```\n";
+  return out;
+}
+
+std::string to_csv(const Aggregate& a) {
+  std::string out =
+      "section,row,column,n,measured_min,measured_max,paper_min,paper_max,"
+      "paper\n";
+  for (const auto& s : a.sections) {
+    for (const auto& r : s.rows) {
+      for (size_t c = 0; c < s.columns.size(); ++c) {
+        const Figure& f = r.figures[c];
+        out += fmt::format(
+            "{},{},{},{},{},{},{},{},{}\n", s.id, csv_text(join(r.labels, " ")),
+            csv_text(s.columns[c]), f.n, f.n ? csv_number(f.lo) : "",
+            f.n ? csv_number(f.hi) : "", csv_number(f.paper.lo),
+            csv_number(f.paper.hi), csv_text(f.paper.text));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace twins
