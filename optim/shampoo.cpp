@@ -37,7 +37,7 @@ std::vector<torch::optim::OptimizerParamGroup> make_groups(
 torch::Tensor inverse_fourth_root(const torch::Tensor& A, double damping) {
   TORCH_CHECK(A.dim() == 2 && A.size(0) == A.size(1),
               "inverse_fourth_root: expected a square matrix, got ", A.sizes());
-  auto [w, V] = torch::linalg::eigh(A.to(torch::kDouble), "L");
+  auto [w, V] = torch::linalg_eigh(A.to(torch::kDouble), "L");
   const torch::Tensor s = (w.clamp_min(0) + damping).pow(-0.25);
   return (V * s.unsqueeze(0)).mm(V.t()).to(A.scalar_type());
 }

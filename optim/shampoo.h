@@ -10,7 +10,7 @@
 //
 // The roots come from an eigendecomposition of the symmetric L, R in
 // float64 (eigenvalues floored at 0 before the damping), cast back to the
-// parameter's dtype: torch::linalg::eigh exists in LibTorch 1.13 and 2.x,
+// parameter's dtype: torch::linalg_eigh exists in LibTorch 1.13 and 2.x,
 // and float64 keeps a float32 run's preconditioner at float32 accuracy.
 //
 // The gauge left-multiplies W_Q, W_K by an orthogonal block-diagonal B:
