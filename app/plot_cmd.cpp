@@ -101,6 +101,22 @@ void draw(const std::vector<twins::StoredRecord>& records,
              f.drift_figure, f.qk_figure, f.script);
 }
 
+void draw_dial(const std::vector<twins::StoredRecord>& records,
+               const std::string& out) {
+  std::vector<twins::PairResult> results;
+  for (const auto& r : records) {
+    results.push_back(r.result);
+  }
+  const twins::PlotFiles f =
+      twins::plot_dial(results, out, records_title(records));
+  if (!f.drawn) {
+    fmt::print(stderr, "twin-run: {}\n", f.message);
+    return;
+  }
+  fmt::print("figure: {} (drift against p); script {}\n", f.drift_figure,
+             f.script);
+}
+
 int run_plot(const PlotFlags& f) {
   const std::vector<twins::StoredRecord> records = read_records(f.files);
   const fs::path first(f.files.front());

@@ -32,4 +32,9 @@ std::string records_title(const std::vector<twins::StoredRecord>& records);
 void draw(const std::vector<twins::StoredRecord>& records,
           const std::string& out);
 
+// The Adam-p dial figure (drift against p) of `records` at `out`, reported
+// like draw().
+void draw_dial(const std::vector<twins::StoredRecord>& records,
+               const std::string& out);
+
 }  // namespace app

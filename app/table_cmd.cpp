@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -25,7 +26,8 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& f) {
   }
   CLI::App* cmd = parent.add_subcommand(
       "table",
-      "Run one of the paper's tables (PROTOCOL §7) and aggregate it: "
+      "Run one of the paper's tables (PROTOCOL §7), or the optimizer zoo or "
+      "the Adam-p dial, and aggregate it: "
       "resumable (rerun to continue), parallel (--jobs), shardable "
       "(--shard); or re-aggregate results files (--aggregate)");
   cmd->add_option("name", f.name, "Table: " + names);
@@ -53,11 +55,11 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& f) {
   cmd->add_option("--device", f.device, "cpu, cuda or cuda:N [default: cpu]");
   cmd->add_option("--dtype", f.dtype,
                   "Override the dtype: float32 or float64 [default: the "
-                  "table's, float32 for table3/multiseed, float64 for "
+                  "table's, float32 for table3/multiseed/zoo/dial, float64 for "
                   "table9-*]");
   cmd->add_flag("--plot", f.plot,
                 "Also draw Figure 2 and the per-head QK drift (gnuplot) next "
-                "to the results");
+                "to the results; for dial also drift against p");
   cmd->add_flag("--quiet", f.quiet, "No progress lines");
   return cmd;
 }
@@ -143,8 +145,11 @@ void report(const twins::Aggregate& a,
   twins::write_text_atomically(stem + ".md", md);
   twins::write_text_atomically(stem + ".csv", twins::to_csv(a));
   fmt::print("tables: {}.md, {}.csv\n", stem, stem);
-  if (plot) {
+  if (plot && !records.empty()) {
     draw(records, stem + ".svg");
+    if (a.layout == twins::Layout::kDial) {
+      draw_dial(records, stem + "-dial.svg");
+    }
   }
 }
 
@@ -159,6 +164,14 @@ twins::Layout infer_layout(const std::vector<twins::StoredRecord>& records) {
   }
   if (f64) {
     return twins::Layout::kTable9;
+  }
+  // adam-p gauge twins only: a dial.
+  const bool dial = std::all_of(records.begin(), records.end(), [](auto& r) {
+    return r.result.spec.opt.rfind("adam-p", 0) == 0 &&
+           r.result.spec.twin == twins::TwinKind::kGauge;
+  });
+  if (dial) {
+    return twins::Layout::kDial;
   }
   return inits.size() > 1 ? twins::Layout::kMultiSeed : twins::Layout::kTable3;
 }

@@ -1,6 +1,7 @@
 // twins/verdict: the verdict rules on hand-made records (one case per
 // verdict and the edges of each threshold), the job lists and tables of the
-// zoo and the dial, and `twin-run verdict` end to end.
+// zoo and the dial (text, aggregate and figure), and `twin-run verdict` and
+// `twin-run table zoo|dial` end to end.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -13,6 +14,8 @@
 #include <string>
 
 #include "twin_run_path.h"
+#include "twins/aggregate.h"
+#include "twins/plot.h"
 #include "twins/verdict.h"
 
 namespace fs = std::filesystem;
@@ -342,6 +345,134 @@ TEST(VerdictCli, TinyRunPrintsOneVerdictPerOptimizerAndFourRecordsEach) {
     ++n;
   }
   EXPECT_EQ(n, 8);
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------
+// `twin-run table zoo|dial`: aggregation, figure, end to end
+
+const twins::Section& only_section(const twins::Aggregate& a) {
+  EXPECT_EQ(a.sections.size(), 1u);
+  return a.sections.front();
+}
+
+bool any_note_has(const twins::Section& s, const std::string& text) {
+  return std::any_of(s.notes.begin(), s.notes.end(), [&](const auto& n) {
+    return n.find(text) != std::string::npos;
+  });
+}
+
+TEST(ZooTable, AggregateJudgesCompleteOptimizersAndMarksThePending) {
+  std::vector<PairResult> results;
+  for (auto& group : {adam_like(), muon_like()}) {
+    for (auto& r : group) results.push_back(r);
+  }
+  auto sa = scalar_adam_like();
+  results.push_back(sa[0]);  // scalar-adam: 2 of 4 pairs so far
+  results.push_back(sa[1]);
+  const twins::Aggregate a = twins::aggregate(twins::Layout::kZoo, results);
+  const twins::Section& s = only_section(a);
+  ASSERT_EQ(s.rows.size(), 3u);
+  EXPECT_EQ(s.rows[0].labels, (std::vector<std::string>{
+                                  "adam", "basis-dependent", "basis-dependent",
+                                  "yes"}));
+  EXPECT_EQ(s.rows[1].labels[2], "equivariant (chaotic)");
+  EXPECT_EQ(s.rows[1].labels[3], "yes");
+  EXPECT_EQ(s.rows[2].labels[2], "pending (2 of 4 pairs)");
+  const twins::Figure* onset =
+      twins::find_figure(a, "zoo", "adam basis-dependent basis-dependent yes",
+                         "onset ratio");
+  ASSERT_NE(onset, nullptr);
+  EXPECT_NEAR(onset->lo, 3.9e-3 / 2.9e-5, 1e-9);
+  EXPECT_TRUE(any_note_has(s, "2 of 2 verdicts as predicted"));
+  // A rule that disagrees with its class is shown as such.
+  results = quad("scalar-adam", {1.8e-7, 3.9e-3, 0.1, 0.4, 0.67, 0.7, 0.75,
+                                 0.8, 0.81},
+                 std::vector<double>(9, 1e-5), std::vector<double>(9, 1e-4));
+  const twins::Aggregate w = twins::aggregate(twins::Layout::kZoo, results);
+  const twins::Section& wrong = only_section(w);
+  EXPECT_EQ(wrong.rows[0].labels[3], "NO");
+  EXPECT_TRUE(any_note_has(wrong, "0 of 1 verdicts as predicted"));
+}
+
+TEST(DialTable, AggregateChecksMonotonyAndTheFloatFloor) {
+  const twins::Aggregate a =
+      twins::aggregate(twins::Layout::kDial, dial_records());
+  const twins::Section& s = only_section(a);
+  ASSERT_EQ(s.rows.size(), 6u);
+  EXPECT_EQ(s.rows.front().labels[0], "0");
+  EXPECT_EQ(s.rows.back().labels[0], "1");
+  EXPECT_TRUE(any_note_has(s, "falls monotonically")) << s.notes[0];
+  EXPECT_TRUE(any_note_has(s, "it is at the float floor")) << s.notes[0];
+
+  // p = 0.25 above p = 0.5, and p = 0 far above its step-0 drift.
+  auto bent = dial_records();
+  for (auto& r : bent) {
+    if (r.spec.opt == "adam-p0.25") r.curve[1].logit_drift = 5e-3;
+    if (r.spec.opt == "adam-p0") r.curve[1].logit_drift = 1e-4;
+  }
+  const twins::Aggregate ab = twins::aggregate(twins::Layout::kDial, bent);
+  const twins::Section& b = only_section(ab);
+  EXPECT_TRUE(any_note_has(b, "does NOT fall monotonically")) << b.notes[0];
+  EXPECT_TRUE(any_note_has(b, "NOT at the float floor")) << b.notes[0];
+}
+
+TEST(DialTable, FigureOfDriftAgainstP) {
+  const fs::path dir = fresh_dir("dialplot");
+  const twins::PlotFiles f =
+      twins::plot_dial(dial_records(), (dir / "dial.svg").string(), "dial");
+  const std::string data = slurp(f.drift_data);
+  EXPECT_NE(data.find("0.125 42 1.800000e-07 5.000000e-04"), std::string::npos) << data;
+  EXPECT_NE(slurp(f.script).find("step 1"), std::string::npos);
+  if (!twins::find_on_path("gnuplot").empty()) {
+    ASSERT_TRUE(f.drawn);
+    const std::string svg = slurp(dir / "dial.svg");
+    EXPECT_NE(svg.find("<svg"), std::string::npos);
+    EXPECT_NE(svg.find("step 100"), std::string::npos);
+  } else {
+    EXPECT_NE(f.message.find("gnuplot not found"), std::string::npos);
+  }
+  EXPECT_THROW(twins::plot_dial(adam_like(), (dir / "x.svg").string(), "x"),
+               c10::Error);
+  fs::remove_all(dir);
+}
+
+int jsonl_lines(const fs::path& p) {
+  std::ifstream f(p);
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) n += !line.empty();
+  return n;
+}
+
+TEST(TableCli, ZooAndDialRunEndToEndAndAggregate) {
+  const fs::path dir = fresh_dir("tables");
+  Outcome zoo =
+      twin_run("table zoo --steps 2 --jobs 2 --quiet --out zoo.jsonl", dir);
+  ASSERT_EQ(zoo.code, 0) << zoo.err;
+  EXPECT_EQ(jsonl_lines(dir / "zoo.jsonl"), 40);
+  const std::string md = slurp(dir / "zoo.md");
+  EXPECT_NE(md.find("of 10 verdicts as predicted"), std::string::npos) << md;
+  EXPECT_NE(md.find("not the paper's configuration"), std::string::npos)
+      << md;  // --steps 2
+  for (const auto& opt : twins::zoo_optimizers()) {
+    EXPECT_NE(md.find("| " + opt + " |"), std::string::npos) << opt;
+  }
+
+  Outcome dial =
+      twin_run("table dial --steps 2 --plot --quiet --out dial.jsonl", dir);
+  ASSERT_EQ(dial.code, 0) << dial.err;
+  EXPECT_EQ(jsonl_lines(dir / "dial.jsonl"), 6);
+  EXPECT_NE(slurp(dir / "dial.md").find("Step-1 drift"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "dial-dial.gp"));
+  if (!twins::find_on_path("gnuplot").empty()) {
+    EXPECT_TRUE(fs::exists(dir / "dial-dial.svg"));
+  }
+  // Re-aggregating the file alone finds the dial layout again.
+  Outcome again = twin_run("table --aggregate dial.jsonl", dir);
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("Adam-p gauge twins"), std::string::npos)
+      << again.out;
   fs::remove_all(dir);
 }
 

@@ -10,6 +10,7 @@
 #include "optim/registry.h"
 #include "twins/plan.h"
 #include "twins/report.h"
+#include "twins/verdict.h"
 
 namespace twins {
 
@@ -488,6 +489,111 @@ std::vector<Section> table9_sections(const std::vector<PairResult>& all) {
   return {s};
 }
 
+// Issue 6's zoo: one row per optimizer, the class the registry predicts
+// beside the verdict of twins::judge on its four pairs.
+std::vector<Section> zoo_sections(const std::vector<PairResult>& all) {
+  Section s;
+  s.id = "zoo";
+  s.title = "Predicted class against the measured verdict";
+  s.label_columns = {"optimizer", "predicted", "measured", "as predicted"};
+  s.columns = {"gauge, step 1",    "noise 1e-5, step 1", "onset ratio",
+               "gauge, final",     "noise 1e-7, final",  "track (decades)",
+               "A=I, any step"};
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<PairResult>> groups;
+  for (const auto& r : all) {
+    if (!groups.count(r.spec.opt)) {
+      order.push_back(r.spec.opt);
+    }
+    groups[r.spec.opt].push_back(r);
+  }
+  int agree = 0, judged = 0;
+  for (const auto& opt : order) {
+    const std::vector<PairResult>& g = groups[opt];
+    const std::string predicted =
+        optim::has_optimizer(opt)
+            ? optim::to_string(optim::find_optimizer(opt).predicted)
+            : "–";
+    Section::Row row;
+    if (g.size() != 4) {  // judge() needs exactly the four twins
+      row.labels = {opt, predicted,
+                    fmt::format("pending ({} of 4 pairs)", g.size()), "–"};
+      row.figures.assign(s.columns.size(), Figure{});
+      s.rows.push_back(std::move(row));
+      continue;
+    }
+    const Verdict v = judge(g);
+    const bool as_predicted =
+        verdict_label(v).rfind(predicted, 0) == 0;  // "equivariant (chaotic)"
+    agree += as_predicted;
+    ++judged;
+    row.labels = {opt, predicted, verdict_label(v),
+                  as_predicted ? "yes" : "NO"};
+    row.figures = {value(v.gauge_step1, 1, Unit::kDrift),
+                   value(v.onset_noise_step1, 1, Unit::kDrift),
+                   value(v.onset_ratio, 1, Unit::kRatio),
+                   value(v.gauge_final, 1, Unit::kDrift),
+                   value(v.noise_final, 1, Unit::kDrift),
+                   value(v.track_decades, 1, Unit::kDecades),
+                   value(v.identity_max, 1, Unit::kDrift)};
+    s.rows.push_back(std::move(row));
+  }
+  s.notes.push_back(fmt::format(
+      "{} of {} verdicts as predicted. Rules (twins/verdict.h): invalid if "
+      "the A=I twin is ever non-zero; basis-dependent if the onset ratio "
+      "(gauge / noise 1e-5, at step 1) exceeds {:g}x; else equivariant, "
+      "\"(chaotic)\" when the gauge twin ends above {:g} while tracking its "
+      "1e-7 noise twin within {:g} decades past step {} (the track column: "
+      "the largest |log10(gauge / noise 1e-7)| there).",
+      agree, judged, kOnsetRatioThreshold, kChaoticFinalDrift,
+      kChaoticTrackDecades, kChaoticPastStep));
+  return {s};
+}
+
+// Issue 6's dial: Adam-p gauge drift against p, with the two properties the
+// dial should show checked in the notes.
+std::vector<Section> dial_sections(const std::vector<PairResult>& all) {
+  Section s;
+  s.id = "dial";
+  s.title = "Adam-p gauge twins: drift against the exponent p";
+  s.label_columns = {"p", "init"};
+  s.columns = {"step 0", "step 1", "step 100", "final", "QK final"};
+  const std::vector<DialPoint> points = dial_points(all);
+  for (const auto& d : points) {
+    Section::Row row;
+    row.labels = {fmt::format("{:g}", d.p), std::to_string(d.init_seed)};
+    row.figures = {value(d.step0, 1, Unit::kDrift),
+                   value(d.step1, 1, Unit::kDrift),
+                   value(d.step100, 1, Unit::kDrift),
+                   value(d.final, 1, Unit::kDrift),
+                   value(d.qk_final, 1, Unit::kDrift)};
+    s.rows.push_back(std::move(row));
+  }
+  if (points.size() >= 2) {
+    // Monotone in p: each step-1 drift at least the one of the next smaller
+    // p (points are sorted by p). The float floor: p = 0's step-1 drift
+    // within 10x of the step-0 drift, the rounding of the gauge itself.
+    bool monotone = true;
+    for (size_t i = 1; i < points.size(); ++i) {
+      monotone = monotone && points[i].step1 >= points[i - 1].step1;
+    }
+    const DialPoint& lo = points.front();
+    const DialPoint& hi = points.back();
+    s.notes.push_back(fmt::format(
+        "Step-1 drift {} as p goes to 0 ({} at p = {:g} down to {} at p = "
+        "{:g}); at p = {:g} it is {} the float floor ({}x the step-0 drift "
+        "{}, floor: within 10x).",
+        monotone ? "falls monotonically" : "does NOT fall monotonically",
+        value(hi.step1, 1, Unit::kDrift).text(), hi.p,
+        value(lo.step1, 1, Unit::kDrift).text(), lo.p, lo.p,
+        lo.step1 <= 10 * lo.step0 ? "at" : "NOT at",
+        fmt::format("{:.2g}", lo.step1 / lo.step0),
+        value(lo.step0, 1, Unit::kDrift).text()));
+  }
+  s.notes.push_back("```\n" + format_dial_plot(all) + "```");
+  return {s};
+}
+
 // ===========================================================================
 // Formatting
 
@@ -647,6 +753,14 @@ Aggregate aggregate(Layout layout, const std::vector<PairResult>& unordered,
     case Layout::kTable9:
       a.title = "Table 9: twin drift at scale and on real text, float64";
       a.sections = table9_sections(results);
+      break;
+    case Layout::kZoo:
+      a.title = "Optimizer zoo: equivariance verdicts";
+      a.sections = zoo_sections(results);
+      break;
+    case Layout::kDial:
+      a.title = "Adam-p dial inside attention";
+      a.sections = dial_sections(results);
       break;
   }
   if (tables.size() == 1) {

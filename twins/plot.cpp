@@ -16,6 +16,7 @@
 #include "twins/aggregate.h"
 #include "twins/report.h"
 #include "twins/results.h"
+#include "twins/verdict.h"
 
 namespace twins {
 
@@ -247,6 +248,40 @@ void run_gnuplot(const std::string& gnuplot, const std::string& script) {
               "': ", first.empty() ? "no message" : first, " (log: ", err, ")");
 }
 
+void prepare_directory(const std::string& out) {
+  const fs::path parent = fs::path(out).parent_path();
+  if (!parent.empty()) {
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    TORCH_CHECK(!ec, "Cannot create directory '", parent.string(),
+                "': ", ec.message());
+  }
+}
+
+// Runs gnuplot on f.script when there is one on PATH and checks that the
+// figures (f.drift_figure, and f.qk_figure when set) were written; without
+// gnuplot, f.message says how to draw them later.
+void draw_files(PlotFiles& f) {
+  const std::string gnuplot = find_on_path("gnuplot");
+  const std::string script = fs::path(f.script).filename().string();
+  if (gnuplot.empty()) {
+    f.message = fmt::format(
+        "gnuplot not found on PATH: wrote {} and its data; draw with "
+        "`cd {} && gnuplot {}` (Debian: apt-get install gnuplot-nox)",
+        f.script, fs::absolute(f.script).parent_path().string(), script);
+    return;
+  }
+  // Old figures out of the way, so that "drawn" means drawn now.
+  std::error_code ec;
+  fs::remove(f.drift_figure, ec);
+  if (!f.qk_figure.empty()) fs::remove(f.qk_figure, ec);
+  run_gnuplot(gnuplot, f.script);
+  f.drawn = fs::exists(f.drift_figure) &&
+            (f.qk_figure.empty() || fs::exists(f.qk_figure));
+  TORCH_CHECK(f.drawn, "gnuplot ran but did not write ", f.drift_figure,
+              f.qk_figure.empty() ? "" : " and " + f.qk_figure);
+}
+
 }  // namespace
 
 std::string find_on_path(const std::string& program) {
@@ -286,13 +321,7 @@ PlotFiles plot_results(const std::vector<PairResult>& results,
   auto name = [](const std::string& p) {
     return fs::path(p).filename().string();
   };
-  const fs::path parent = fs::path(out).parent_path();
-  if (!parent.empty()) {
-    std::error_code ec;
-    fs::create_directories(parent, ec);
-    TORCH_CHECK(!ec, "Cannot create directory '", parent.string(),
-                "': ", ec.message());
-  }
+  prepare_directory(out);
 
   const std::vector<Group> groups = group_pairs(results);
   std::map<std::string, std::string> colour;
@@ -408,23 +437,61 @@ PlotFiles plot_results(const std::vector<PairResult>& results,
   write_text_atomically(f.qk_data, qk_data.str());
   write_text_atomically(f.script, gp);
 
-  const std::string gnuplot = find_on_path("gnuplot");
-  if (gnuplot.empty()) {
-    f.message = fmt::format(
-        "gnuplot not found on PATH: wrote {} and its data; draw with "
-        "`cd {} && gnuplot {}` (Debian: apt-get install gnuplot-nox)",
-        f.script, fs::absolute(f.script).parent_path().string(),
-        name(f.script));
-    return f;
+  draw_files(f);
+  return f;
+}
+
+PlotFiles plot_dial(const std::vector<PairResult>& results,
+                    const std::string& out, const std::string& title) {
+  const std::string ext = fs::path(out).extension().string();
+  TORCH_CHECK(ext == ".svg" || ext == ".png", "Unknown figure format: '", out,
+              "' (the name must end in .svg or .png)");
+  const std::vector<DialPoint> points = dial_points(results);
+  TORCH_CHECK(!points.empty(), "No adam-p gauge pairs to plot");
+  PlotFiles f;
+  f.drift_figure = out;
+  f.script = stem_of(out) + ".gp";
+  f.drift_data = stem_of(out) + ".dat";
+  prepare_directory(out);
+
+  std::string data = fmt::format(
+      "# {}\n# Adam-p gauge twins: relative logit drift against p ('?': "
+      "none)\n# p init step0 step1 step100 final\n",
+      title);
+  auto cell = [](double v) {
+    return v > 0 && std::isfinite(v) ? fmt::format("{:.6e}", v)
+                                     : std::string("?");
+  };
+  for (const auto& d : points) {
+    data += fmt::format("{:g} {} {} {} {} {}\n", d.p, d.init_seed,
+                        cell(d.step0), cell(d.step1), cell(d.step100),
+                        cell(d.final));
   }
-  // Old figures out of the way, so that "drawn" means drawn now.
-  std::error_code ec;
-  fs::remove(f.drift_figure, ec);
-  fs::remove(f.qk_figure, ec);
-  run_gnuplot(gnuplot, f.script);
-  f.drawn = fs::exists(f.drift_figure) && fs::exists(f.qk_figure);
-  TORCH_CHECK(f.drawn, "gnuplot ran but did not write ", f.drift_figure,
-              " and ", f.qk_figure);
+  const std::string dat = fs::path(f.drift_data).filename().string();
+  const std::string gp = fmt::format(
+      "# Drawn by twin-run table dial --plot; rerun with: gnuplot {}\n"
+      "set encoding utf8\n{}\nset output {}\n"
+      "set title {}\nset datafile missing \"?\"\n"
+      "set logscale y\nset format y \"1e%T\"\nset xrange [-0.05:1.05]\n"
+      "set xlabel \"Adam-p exponent p (0: scalar-Adam, equivariant; 1: "
+      "Adam)\"\n"
+      "set ylabel \"relative logit drift of the gauge twin\"\n"
+      "set grid\nset key outside right top\n"
+      "plot {} using 1:4 with linespoints lw 2 pt 7 lc rgb \"#D55E00\" "
+      "title \"step 1\", \\\n"
+      "     '' using 1:5 with linespoints lw 2 pt 5 lc rgb \"#0072B2\" "
+      "title \"step 100\", \\\n"
+      "     '' using 1:6 with linespoints lw 2 pt 9 lc rgb \"#009E73\" "
+      "title \"final\", \\\n"
+      "     '' using 1:3 with linespoints dt 2 lc rgb \"#999999\" "
+      "title \"step 0 (float floor)\"\n"
+      "unset output\n",
+      fs::path(f.script).filename().string(), terminal(ext, 900, 560),
+      gp_string(fs::path(out).filename().string()), gp_string(title),
+      gp_string(dat));
+  write_text_atomically(f.drift_data, data);
+  write_text_atomically(f.script, gp);
+  draw_files(f);
   return f;
 }
 

@@ -30,6 +30,14 @@ struct PlotFiles {
 PlotFiles plot_results(const std::vector<PairResult>& results,
                        const std::string& out, const std::string& title);
 
+// Issue 6's dial figure: the Adam-p gauge twins' logit drift (step 1, step
+// 100, final, and step 0 = the float floor) against p, log y. Writes OUT.gp
+// and OUT.dat beside `out` (.svg / .png) and draws it like plot_results
+// (qk_figure / qk_data stay empty). Throws when no adam-p gauge pair is
+// among `results`.
+PlotFiles plot_dial(const std::vector<PairResult>& results,
+                    const std::string& out, const std::string& title);
+
 // The full path of `program` on PATH, or "" when there is none.
 std::string find_on_path(const std::string& program);
 

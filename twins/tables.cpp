@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "twins/plan.h"
+#include "twins/verdict.h"
 
 namespace twins {
 
@@ -14,6 +15,10 @@ const char* to_string(Layout layout) {
       return "multiseed";
     case Layout::kTable9:
       return "table9";
+    case Layout::kZoo:
+      return "zoo";
+    case Layout::kDial:
+      return "dial";
   }
   return "?";
 }
@@ -28,8 +33,14 @@ Layout parse_layout(const std::string& name) {
   if (name == "table9") {
     return Layout::kTable9;
   }
+  if (name == "zoo") {
+    return Layout::kZoo;
+  }
+  if (name == "dial") {
+    return Layout::kDial;
+  }
   TORCH_CHECK(false, "Unknown table layout: '", name,
-              "' (known: table3, multiseed, table9)");
+              "' (known: table3, multiseed, table9, zoo, dial)");
 }
 
 namespace {
@@ -67,6 +78,15 @@ const Config kConfigs[] = {
      "Table 9 row: char-LM tiny-Shakespeare, 6L d256 8 heads, 3000 steps, "
      "float64",
      "charlm", 6, 256, 8, 3000, "float64"},
+    // Beyond the paper (issue 6): its diagnostics on the Table-3 model.
+    {"zoo", Layout::kZoo,
+     "Optimizer zoo: gauge, identity, noise 1e-7 and 1e-5 twins per "
+     "optimizer, mod-47 2L d64, 1500 steps, CPU float32",
+     "mod47", 2, 64, 4, 1500, "float32"},
+    {"dial", Layout::kDial,
+     "Adam-p dial inside attention: gauge twins for p in {0, 1/8, 1/4, 1/2, "
+     "3/4, 1}, lr 1e-3, mod-47 2L d64, 1500 steps, CPU float32",
+     "mod47", 2, 64, 4, 1500, "float32"},
 };
 
 const Config& find_config(const std::string& name) {
@@ -177,8 +197,9 @@ Table make_table(const std::string& name, const TableOverrides& o) {
     t.deviations.push_back(
         fmt::format("dtype {} (paper: {})", base.dtype, c.dtype));
   }
-  // Table 3 and D.5 are CPU results; Table 9 is float64, where the device
-  // does not change the claim (the paper ran it on a GPU).
+  // Table 3, D.5 (and the zoo and dial built on their model) are CPU
+  // results; Table 9 is float64, where the device does not change the claim
+  // (the paper ran it on a GPU).
   if (c.layout != Layout::kTable9 && base.device != "cpu") {
     t.deviations.push_back(fmt::format("device {} (paper: cpu)", base.device));
   }
@@ -192,6 +213,12 @@ Table make_table(const std::string& name, const TableOverrides& o) {
       break;
     case Layout::kTable9:
       t.pairs = table9_pairs(base);
+      break;
+    case Layout::kZoo:
+      t.pairs = zoo_specs(base);
+      break;
+    case Layout::kDial:
+      t.pairs = dial_specs(base);
       break;
   }
   return t;

@@ -16,9 +16,12 @@ enum class Layout {
   kTable3,     // drift at steps 0 / 1 / 100 / last per (optimizer, twin) row
   kMultiSeed,  // D.5: ranges over seeds, structural ratio, Muon chaos metric
   kTable9,     // one row per configuration: onset ratio, equivariant floor
+  kZoo,        // issue 6: per optimizer, predicted class against the verdict
+  kDial,       // issue 6: Adam-p gauge drift against the exponent p
 };
 const char* to_string(Layout layout);
-// "table3", "multiseed", "table9"; throws naming the value otherwise.
+// "table3", "multiseed", "table9", "zoo", "dial"; throws naming the value
+// otherwise.
 Layout parse_layout(const std::string& name);
 
 // What `twin-run table` lets a user change for a quick look. Zero / empty
@@ -40,7 +43,7 @@ struct Table {
 };
 
 // table3, multiseed, table9-mod47, table9-mod97-4L, table9-mod97-6L,
-// table9-charlm.
+// table9-charlm, and beyond the paper zoo and dial (twins/verdict.h).
 std::vector<std::string> table_names();
 
 // The job list of `name` with `overrides` applied. Throws "Unknown table:
