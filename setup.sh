@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 packages=(build-essential cmake libtorch-dev libfmt-dev libcli11-dev
-          libgtest-dev nlohmann-json3-dev libopenblas0-pthread gnuplot-nox)
+          libgtest-dev nlohmann-json3-dev libopenblas0-pthread gnuplot-nox
+          python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

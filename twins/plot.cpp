@@ -471,7 +471,8 @@ PlotFiles plot_dial(const std::vector<PairResult>& results,
   const std::string gp = fmt::format(
       "# Drawn by twin-run table dial --plot; rerun with: gnuplot {}\n"
       "set encoding utf8\n{}\nset output {}\n"
-      "set title {}\nset datafile missing \"?\"\n"
+      "set label 1 {} at screen 0.01, 0.96 left\nset tmargin 4\n"
+      "set datafile missing \"?\"\n"
       "set logscale y\nset format y \"1e%T\"\nset xrange [-0.05:1.05]\n"
       "set xlabel \"Adam-p exponent p (0: scalar-Adam, equivariant; 1: "
       "Adam)\"\n"
@@ -486,7 +487,7 @@ PlotFiles plot_dial(const std::vector<PairResult>& results,
       "     '' using 1:3 with linespoints dt 2 lc rgb \"#999999\" "
       "title \"step 0 (float floor)\"\n"
       "unset output\n",
-      fs::path(f.script).filename().string(), terminal(ext, 900, 560),
+      fs::path(f.script).filename().string(), terminal(ext, 1040, 560),
       gp_string(fs::path(out).filename().string()), gp_string(title),
       gp_string(dat));
   write_text_atomically(f.drift_data, data);
