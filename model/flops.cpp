@@ -1,5 +1,7 @@
 #include "model/flops.h"
 
+#include "model/transformer.h"
+
 namespace model {
 
 namespace {
@@ -27,16 +29,21 @@ void attention(std::vector<MatmulShape>& out, int64_t batch, int64_t tq,
 }  // namespace
 
 std::vector<MatmulShape> training_step_matmuls(const ModelConfig& cfg,
-                                               int64_t sequences,
-                                               int64_t len) {
+                                               int64_t sequences, int64_t len,
+                                               bool cuda) {
   std::vector<MatmulShape> out;
   const int64_t d = cfg.d_model, all = sequences * len;
+  const bool table = uses_token_table(cfg, sequences, cuda);
   for (int64_t l = 0; l < cfg.depth; ++l) {
     const bool last = cfg.last_only && l + 1 == cfg.depth;
     const int64_t q_rows = last ? sequences : all;
-    linear(out, q_rows, d, d);  // W_Q
-    linear(out, all, d, d);     // W_K
-    linear(out, all, d, d);     // W_V
+    // The first block's projections on the token table: one row per
+    // (token, position), queries included.
+    const int64_t kv_in = l == 0 && table ? cfg.vocab_in * len : all;
+    const int64_t q_in = l == 0 && table ? kv_in : q_rows;
+    linear(out, q_in, d, d);   // W_Q
+    linear(out, kv_in, d, d);  // W_K
+    linear(out, kv_in, d, d);  // W_V
     attention(out, sequences * cfg.heads, last ? 1 : len, len,
               cfg.head_dim());
     linear(out, q_rows, d, d);        // W_O

@@ -25,11 +25,14 @@ struct MatmulShape {
 };
 
 // Every product of one forward + backward pass of `cfg` on `sequences`
-// inputs of length `len` (the last-position shortcut of a last_only model
-// included: its last block computes queries, output, MLP and head for the
-// last position only).
+// inputs of length `len`, as Transformer::forward does it on CPU (or on
+// CUDA): the last-position shortcut of a last_only model (its last block
+// computes queries, output, MLP and head for the last position only) and
+// the first block's token table (model::uses_token_table: W_Q, W_K, W_V on
+// one row per (token, position)) included.
 std::vector<MatmulShape> training_step_matmuls(const ModelConfig& cfg,
-                                               int64_t sequences, int64_t len);
+                                               int64_t sequences, int64_t len,
+                                               bool cuda = false);
 
 double total_flops(const std::vector<MatmulShape>& shapes);
 

@@ -30,7 +30,8 @@ RMSNormImpl::RMSNormImpl(int64_t d) : sqrt_d_(std::sqrt(double(d))) {
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   // No epsilon (PROTOCOL §3): a zero residual vector never occurs here.
-  return x / x.norm(2, {-1}, /*keepdim=*/true) * sqrt_d_ * gain;
+  // The per-row factor sqrt(d) / ||x|| first: one full-size product fewer.
+  return x * (sqrt_d_ / x.norm(2, {-1}, /*keepdim=*/true)) * gain;
 }
 
 // ---------------------------------------------------------------------------
@@ -52,26 +53,60 @@ AttentionImpl::AttentionImpl(int64_t d_model, int64_t heads, bool causal)
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x,
                                      bool last_query) {
-  const int64_t B = x.size(0), T = x.size(1), d = x.size(2);
-  const int64_t hd = d / heads_;
-  auto split = [&](const torch::Tensor& t) {  // (B, T', d) -> (B, nh, T', hd)
-    return t.view({B, t.size(1), heads_, hd}).transpose(1, 2);
-  };
+  const int64_t T = x.size(1);
   torch::Tensor xq = last_query ? x.narrow(1, T - 1, 1) : x;
-  torch::Tensor q = split(wq(xq));  // (B, nh, Tq, hd)
-  torch::Tensor k = split(wk(x));   // (B, nh, T, hd)
-  torch::Tensor v = split(wv(x));   // (B, nh, T, hd)
-  torch::Tensor att =
-      torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd)));
-  if (causal_ && !last_query) {  // the last query sees every position anyway
-    auto mask = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool)
-                                        .device(x.device()))
-                    .triu(1);
-    att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
+  return attend({wq(xq), wk(x), wv(x)});
+}
+
+namespace {
+
+// Up to this many positions the two attention products are broadcast
+// multiply-and-sum: a batched matmul of (3 x 16) @ (16 x 3) matrices is
+// mostly call overhead, the elementwise form one pass over the data.
+constexpr int64_t kSmallAttention = 8;
+
+}  // namespace
+
+torch::Tensor AttentionImpl::attend(const Qkv& qkv) {
+  const int64_t B = qkv.k.size(0), T = qkv.k.size(1), d = qkv.k.size(2);
+  const int64_t Tq = qkv.q.size(1), hd = d / heads_;
+  const double scale = 1.0 / std::sqrt(double(hd));
+  const bool small = T <= kSmallAttention;
+  torch::Tensor y;
+  if (small) {
+    // (B, T', nh, hd) views; scores (B, Tq, T, nh), output (B, Tq, nh, hd).
+    auto q = qkv.q.view({B, Tq, 1, heads_, hd});
+    auto k = qkv.k.view({B, 1, T, heads_, hd});
+    auto v = qkv.v.view({B, 1, T, heads_, hd});
+    torch::Tensor att = (q * k).sum(-1) * scale;  // (B, Tq, T, nh)
+    if (causal_ && Tq == T && T > 1) {
+      auto mask = torch::ones({T, T}, torch::TensorOptions()
+                                          .dtype(torch::kBool)
+                                          .device(att.device()))
+                      .triu(1)
+                      .view({1, T, T, 1});
+      att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
+    }
+    att = torch::softmax(att, 2);
+    y = (att.unsqueeze(-1) * v).sum(2);  // (B, Tq, nh, hd)
+    y = y.reshape({B, Tq, d});
+  } else {
+    auto split = [&](const torch::Tensor& t) {  // -> (B, nh, T', hd)
+      return t.view({B, t.size(1), heads_, hd}).transpose(1, 2);
+    };
+    torch::Tensor q = split(qkv.q), k = split(qkv.k), v = split(qkv.v);
+    torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * scale;
+    if (causal_ && Tq == T && T > 1) {  // a last query sees every position
+      auto mask = torch::ones({T, T}, torch::TensorOptions()
+                                          .dtype(torch::kBool)
+                                          .device(att.device()))
+                      .triu(1);
+      att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
+    }
+    att = torch::softmax(att, -1);
+    y = torch::matmul(att, v);                       // (B, nh, Tq, hd)
+    y = y.transpose(1, 2).reshape({B, Tq, d});       // (B, Tq, d)
   }
-  att = torch::softmax(att, -1);
-  torch::Tensor y = torch::matmul(att, v);  // (B, nh, Tq, hd)
-  y = y.transpose(1, 2).reshape({B, xq.size(1), d});  // (B, Tq, d)
   return wo(y);
 }
 
@@ -93,8 +128,30 @@ BlockImpl::BlockImpl(int64_t d_model, int64_t heads, int64_t mlp,
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, bool last_only) {
+  const torch::Tensor n = norm1(x);
+  const int64_t T = x.size(1), d = x.size(2);
+  auto& a = attn;
+  // The projections that share an input in one product (W_Q; W_K; W_V
+  // stacked): one pass over n, and one input gradient instead of a sum of
+  // three. The weights stay separate parameters; the stack is rebuilt from
+  // them at every call.
+  if (last_only) {  // K and V of every position, Q of the last only
+    // (split, not narrow: its backward is one cat, not a zero-filled
+    // full-size gradient per piece)
+    const auto kv =
+        F::linear(n, torch::cat({a->wk->weight, a->wv->weight})).split(d, -1);
+    return forward(x, {a->wq(n.narrow(1, T - 1, 1)), kv[0], kv[1]}, true);
+  }
+  const auto qkv =
+      F::linear(n, torch::cat({a->wq->weight, a->wk->weight, a->wv->weight}))
+          .split(d, -1);
+  return forward(x, {qkv[0], qkv[1], qkv[2]}, false);
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, const Qkv& qkv,
+                                 bool last_only) {
   // With last_only only the last position leaves the block: (B, 1, d).
-  torch::Tensor a = attn(norm1(x), last_only);
+  torch::Tensor a = attn->attend(qkv);
   torch::Tensor h = (last_only ? x.narrow(1, x.size(1) - 1, 1) : x) + a;
   return h + w2(F::silu(w1(norm2(h))));
 }
@@ -125,6 +182,9 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   TORCH_CHECK(T <= cfg_.n_ctx, "sequence length ", T, " exceeds n_ctx ",
               cfg_.n_ctx);
+  if (uses_token_table(cfg_, B, tokens.is_cuda())) {
+    return forward_with_table(tokens);
+  }
   torch::Tensor x;
   if (tokens.is_cuda()) {
     // A one-hot matmul: its backward is a matmul, deterministic on CUDA,
@@ -144,6 +204,39 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
   x = norm_f(x);
   if (cfg_.last_only) x = x.squeeze(1);  // (B, d)
   return head(x);
+}
+
+torch::Tensor TransformerImpl::forward_with_table(const torch::Tensor& tokens) {
+  const int64_t T = tokens.size(1), V = cfg_.vocab_in, d = cfg_.d_model;
+  // Row t * V + v of the table: token v at position t.
+  const torch::Tensor table =
+      (pos_emb.narrow(1, 0, T).transpose(0, 1) + tok_emb.unsqueeze(0))
+          .reshape({T * V, d});
+  const torch::Tensor rows =  // (B, T): each input position's table row
+      tokens + torch::arange(T, tokens.options()).mul_(V).unsqueeze(0);
+  auto gather = [&](const torch::Tensor& t, const torch::Tensor& r) {
+    return t.index_select(0, r.reshape({-1})).view({r.size(0), r.size(1), -1});
+  };
+  const bool last = cfg_.last_only && blocks.size() == 1;
+  Block& b0 = blocks.front();
+  auto& a = b0->attn;
+  // [embedding + positional | Q | K | V] per table row, gathered at once.
+  const torch::Tensor projected = F::linear(
+      b0->norm1(table),
+      torch::cat({a->wq->weight, a->wk->weight, a->wv->weight}));
+  const auto g = gather(torch::cat({table, projected}, 1), rows).split(d, -1);
+  torch::Tensor x = b0->forward(
+      g[0], {last ? g[1].narrow(1, T - 1, 1) : g[1], g[2], g[3]}, last);
+  for (size_t l = 1; l < blocks.size(); ++l) {
+    x = blocks[l]->forward(x, cfg_.last_only && l + 1 == blocks.size());
+  }
+  x = norm_f(x);
+  if (cfg_.last_only) x = x.squeeze(1);  // (B, d)
+  return head(x);
+}
+
+bool uses_token_table(const ModelConfig& cfg, int64_t sequences, bool cuda) {
+  return !cuda && sequences > cfg.vocab_in;
 }
 
 torch::Tensor TransformerImpl::query_block(int64_t layer, int64_t head) const {

@@ -29,12 +29,20 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
+// Queries, keys and values of a sequence batch, each (B, T', d) with T' =
+// T, or 1 for the queries of a last-position block.
+struct Qkv {
+  torch::Tensor q, k, v;
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(int64_t d_model, int64_t heads, bool causal);
   // x: (B, T, d) -> (B, T, d). With last_query the queries (and the output)
   // are those of the last position only: (B, 1, d).
   torch::Tensor forward(const torch::Tensor& x, bool last_query = false);
+  // The same from projections already made (the first block's token table).
+  torch::Tensor attend(const Qkv& qkv);
 
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
@@ -48,6 +56,10 @@ class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(int64_t d_model, int64_t heads, int64_t mlp, bool causal);
   torch::Tensor forward(const torch::Tensor& x, bool last_only = false);
+  // With the attention's projections of norm1(x) given (`qkv.q` holds the
+  // last position only when last_only).
+  torch::Tensor forward(const torch::Tensor& x, const Qkv& qkv,
+                        bool last_only);
 
   RMSNorm norm1{nullptr};
   Attention attn{nullptr};
@@ -83,9 +95,20 @@ class TransformerImpl : public torch::nn::Module {
   torch::nn::Linear head{nullptr};
 
  private:
+  // forward() when uses_token_table(): see there.
+  torch::Tensor forward_with_table(const torch::Tensor& tokens);
+
   ModelConfig cfg_;
 };
 TORCH_MODULE(Transformer);
+
+// Whether forward() computes the first block's token-wise work (embedding,
+// positional, norm1, W_Q / W_K / W_V) once per (token, position) and
+// gathers it, instead of once per input position: the same function, less
+// work when a batch holds more sequences than the vocabulary has tokens (the
+// full-batch mod-p task: 883 sequences, 48 tokens). CPU only: on CUDA the
+// gather's backward (an index_add) is not deterministic.
+bool uses_token_table(const ModelConfig& cfg, int64_t sequences, bool cuda);
 
 // Builds the model of PROTOCOL.md §3: seeded on CPU in float32, then cast to
 // `dtype` and moved to `device`.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/flops.h"
+#include "model/transformer.h"
 #include "twin_run_path.h"
 
 namespace fs = std::filesystem;
@@ -18,18 +19,31 @@ namespace {
 TEST(Flops, Mod47StepCountsEveryProductOfTheShortcutModel) {
   model::ModelConfig cfg;  // mod47: 2 layers, d 64, 4 heads, mlp 256
   const double rows = 883 * 3, last = 883, d = 64, mlp = 256;
-  // Forward multiply-adds, layer 1 on every position, layer 2 with the
-  // last-position shortcut (K and V still on every position), then head.
-  const double layer1 = rows * (4 * d * d + 2 * d * mlp) +
-                        883 * 4 * (3 * 16 * 3 + 3 * 3 * 16);
+  const double table = 48 * 3;  // (token, position) rows of the first block
+  const double attention1 = 883 * 4 * (3 * 16 * 3 + 3 * 3 * 16);
+  // Forward multiply-adds. Layer 1: W_Q, W_K, W_V on the token table on
+  // CPU (on every position on CUDA), W_O and the MLP on every position;
+  // layer 2 with the last-position shortcut (K and V still on every
+  // position); then the head.
+  const double layer1_cpu =
+      table * 3 * d * d + rows * (d * d + 2 * d * mlp) + attention1;
+  const double layer1_cuda = rows * (4 * d * d + 2 * d * mlp) + attention1;
   const double layer2 = rows * 2 * d * d + last * (2 * d * d + 2 * d * mlp) +
                         883 * 4 * (1 * 16 * 3 + 1 * 3 * 16);
   const double head = last * d * 47;
   // x 2 FLOPs per multiply-add, x 3 for forward + the two backward products.
-  const double expected = 2 * 3 * (layer1 + layer2 + head);
-  const auto shapes = model::training_step_matmuls(cfg, 883, 3);
-  EXPECT_DOUBLE_EQ(model::total_flops(shapes), expected);
-  EXPECT_NEAR(expected / 1e9, 1.15, 0.01);  // ~1.15 GFLOP per model step
+  const double cpu = 2 * 3 * (layer1_cpu + layer2 + head);
+  const double cuda = 2 * 3 * (layer1_cuda + layer2 + head);
+  EXPECT_DOUBLE_EQ(model::total_flops(model::training_step_matmuls(cfg, 883, 3)),
+                   cpu);
+  EXPECT_DOUBLE_EQ(
+      model::total_flops(model::training_step_matmuls(cfg, 883, 3, true)),
+      cuda);
+  EXPECT_NEAR(cuda / 1e9, 1.15, 0.01);  // ~1.15 GFLOP per model step
+  EXPECT_NEAR(cpu / 1e9, 0.96, 0.01);   // the table saves ~1/6
+  // Fewer sequences than tokens: no table.
+  EXPECT_FALSE(model::uses_token_table(cfg, 48, false));
+  EXPECT_TRUE(model::uses_token_table(cfg, 49, false));
 }
 
 TEST(Flops, FullModelScalesWithTokensAndDepth) {

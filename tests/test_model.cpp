@@ -2,6 +2,9 @@
 // builds deterministically from a seed, and exposes the right blocks.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "helpers.h"
 #include "model/loss.h"
 #include "twins/gauge.h"
@@ -103,6 +106,95 @@ TEST(Model, LastPositionShortcutEqualsFullForward) {
   auto a = m->forward(x);                  // (B, V)
   auto b = full->forward(x).select(1, 2);  // (B, T, V) -> last position
   EXPECT_LE((a - b).abs().max().item<double>(), 1e-12);
+}
+
+// PROTOCOL §3 written out with plain matrix products, no shortcut: the
+// embedding looked up per position, every head's softmax(Q K^T / sqrt(hd))
+// V by matmul, every position through every block.
+torch::Tensor reference_forward(model::Transformer& m,
+                                const torch::Tensor& tokens) {
+  const auto& cfg = m->config();
+  const int64_t B = tokens.size(0), T = tokens.size(1), d = cfg.d_model;
+  const int64_t nh = cfg.heads, hd = d / nh;
+  auto norm = [&](const torch::Tensor& x, const torch::Tensor& g) {
+    return x / x.norm(2, {-1}, true) * std::sqrt(double(d)) * g;
+  };
+  auto heads = [&](const torch::Tensor& t) {
+    return t.view({B, T, nh, hd}).transpose(1, 2);
+  };
+  torch::Tensor x = m->tok_emb.index_select(0, tokens.reshape({-1}))
+                        .view({B, T, d}) +
+                    m->pos_emb.narrow(1, 0, T);
+  for (auto& b : m->blocks) {
+    const torch::Tensor n = norm(x, b->norm1->gain);
+    const torch::Tensor q = heads(n.matmul(b->attn->wq->weight.t()));
+    const torch::Tensor k = heads(n.matmul(b->attn->wk->weight.t()));
+    const torch::Tensor v = heads(n.matmul(b->attn->wv->weight.t()));
+    torch::Tensor s = q.matmul(k.transpose(-2, -1)) / std::sqrt(double(hd));
+    if (cfg.causal) {
+      s = s.masked_fill(
+          torch::ones({T, T}, torch::kBool).triu(1),
+          -std::numeric_limits<double>::infinity());
+    }
+    const torch::Tensor y =
+        torch::softmax(s, -1).matmul(v).transpose(1, 2).reshape({B, T, d});
+    x = x + y.matmul(b->attn->wo->weight.t());
+    const torch::Tensor h = norm(x, b->norm2->gain);
+    x = x + torch::silu(h.matmul(b->w1->weight.t())).matmul(b->w2->weight.t());
+  }
+  x = norm(x, m->norm_f->gain).matmul(m->head->weight.t());
+  return cfg.last_only ? x.select(1, T - 1) : x;
+}
+
+// The forward's shortcuts (first-block token table when the batch has more
+// sequences than the vocabulary has tokens, stacked Q/K/V products, the
+// broadcast attention of short sequences, the last-position block) compute
+// the same function, and the same gradients, as the plain reference.
+TEST(Model, ShortcutsComputeThePlainReferenceFunctionAndGradients) {
+  for (bool last_only : {true, false}) {
+    for (int64_t T : {3, 12}) {  // broadcast attention up to 8 positions
+      model::ModelConfig cfg;
+      cfg.vocab_in = 5;
+      cfg.vocab_out = 7;
+      cfg.n_ctx = T;
+      cfg.depth = 2;
+      cfg.d_model = 16;
+      cfg.heads = 4;
+      cfg.mlp = 32;
+      cfg.last_only = last_only;
+      cfg.causal = !last_only;
+      for (int64_t B : {4, 9}) {  // 9 > 5 tokens: the token table
+        SCOPED_TRACE(::testing::Message() << "last_only " << last_only
+                                          << " T " << T << " B " << B);
+        EXPECT_EQ(model::uses_token_table(cfg, B, false), B > 5);
+        auto m = model::build(cfg, 11, torch::kDouble, torch::kCPU);
+        torch::manual_seed(5);
+        const torch::Tensor tokens = torch::randint(0, 5, {B, T});
+        const torch::Tensor w = torch::randn(
+            last_only ? std::vector<int64_t>{B, 7}
+                      : std::vector<int64_t>{B, T, 7},
+            torch::kDouble);
+        auto grads = [&](const torch::Tensor& out) {
+          m->zero_grad();
+          (out * w).sum().backward();
+          std::vector<torch::Tensor> g;
+          for (const auto& p : m->parameters()) g.push_back(p.grad().clone());
+          return g;
+        };
+        const torch::Tensor ours = m->forward(tokens);
+        const torch::Tensor ref = reference_forward(m, tokens);
+        EXPECT_LE((ours - ref).abs().max().item<double>(), 1e-12);
+        const auto g_ours = grads(m->forward(tokens));
+        const auto g_ref = grads(reference_forward(m, tokens));
+        ASSERT_EQ(g_ours.size(), g_ref.size());
+        for (size_t i = 0; i < g_ours.size(); ++i) {
+          EXPECT_LE((g_ours[i] - g_ref[i]).abs().max().item<double>(),
+                    1e-12 * (1 + g_ref[i].abs().max().item<double>()))
+              << "parameter " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(Model, RejectsImpossibleShapes) {

@@ -120,7 +120,8 @@ std::vector<twins::PairResult> results_in(const std::vector<fs::path>& paths) {
 TEST(Tables, JobListsAreThePapersAndTheirKeysAreUnique) {
   const std::map<std::string, size_t> sizes = {
       {"table3", 7},           {"multiseed", 17},       {"table9-mod47", 18},
-      {"table9-mod97-4L", 18}, {"table9-mod97-6L", 18}, {"table9-charlm", 18}};
+      {"table9-mod97-4L", 18}, {"table9-mod97-6L", 18}, {"table9-charlm", 18},
+      {"zoo", 40},             {"dial", 6}};
   for (const auto& name : twins::table_names()) {
     const twins::Table t = twins::make_table(name);
     ASSERT_TRUE(sizes.count(name)) << name;
