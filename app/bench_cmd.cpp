@@ -27,8 +27,9 @@ CLI::App* setup_bench(CLI::App& app, BenchFlags& f) {
                   "other on 1 / 2 threads), mod47-f64, charlm-f32, "
                   "charlm-f64 [default: all]");
   cmd->add_flag("--vs-pytorch", f.options.vs_pytorch,
-                "Also time bench/eager_pytorch.py at 1 and 2 threads and "
-                "print the speedup over the better of the two");
+                "Also time bench/eager_pytorch.py at three thread settings "
+                "(LibTorch/OpenBLAS 1/1, 1/cores, cores/cores; median of 5 "
+                "runs each) and print the speedup over the best");
   cmd->add_option("--python", f.options.python,
                   "Python with torch for --vs-pytorch")
       ->capture_default_str();

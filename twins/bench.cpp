@@ -3,11 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
-#include <map>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "data/charlm.h"
@@ -177,8 +176,24 @@ std::string eager_script_path() {
   return "";
 }
 
+std::string EagerSetting::name() const {
+  return fmt::format("{}/{}", torch_threads, openblas_threads);
+}
+
+std::vector<EagerSetting> eager_settings() {
+  const int cores =
+      std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  return {{1, 1}, {1, cores}, {cores, cores}};
+}
+
+double BenchRow::speedup_vs_best_eager() const {
+  if (eager_s.empty()) return 0;
+  return *std::min_element(eager_s.begin(), eager_s.end()) / s_per_pair_step;
+}
+
 double eager_seconds_per_pair_step(const BenchOptions& options,
-                                   const PairSpec& spec, int threads,
+                                   const PairSpec& spec,
+                                   const EagerSetting& setting,
                                    std::string* why) {
   const std::string script = eager_script_path();
   if (script.empty()) {
@@ -189,10 +204,11 @@ double eager_seconds_per_pair_step(const BenchOptions& options,
   const int warmup = options.quick ? 1 : lm ? 1 : 3;
   const int timed = options.quick ? 2 : lm ? 6 : 40;
   std::string cmd = fmt::format(
-      "'{}' '{}' --task {} --opt {} --twin {} --steps {} --warmup {} "
-      "--dtype {} --threads {}",
-      options.python, script, spec.task, spec.opt, to_string(spec.twin),
-      warmup + timed, warmup, dtype_name(spec.dtype), threads);
+      "OPENBLAS_NUM_THREADS={} '{}' '{}' --task {} --opt {} --twin {} "
+      "--steps {} --warmup {} --dtype {} --threads {}",
+      setting.openblas_threads, options.python, script, spec.task, spec.opt,
+      to_string(spec.twin), warmup + timed, warmup, dtype_name(spec.dtype),
+      setting.torch_threads);
   if (lm) {
     cmd += fmt::format(" --data '{}' --ctx {} --batch {}",
                        spec.corpus.empty() ? data::default_corpus_path()
@@ -234,7 +250,7 @@ std::vector<BenchRow> run_bench(const BenchOptions& options,
   }
   configure_determinism();
   std::vector<BenchRow> rows;
-  std::map<std::string, std::array<double, 2>> eager;  // seconds at 1, 2 T
+  std::map<std::string, std::vector<double>> eager;  // per eager setting
   for (const auto& def : row_defs()) {
     if (!options.rows.empty() &&
         std::find(options.rows.begin(), options.rows.end(), def.name) ==
@@ -271,16 +287,23 @@ std::vector<BenchRow> run_bench(const BenchOptions& options,
       // Measured once per (task, dtype) and shared by its rows.
       const std::string key = row.spec.task + dtype_name(row.spec.dtype);
       if (!eager.count(key)) {
+        // The median of several process runs per setting: one run of the
+        // same script can land ~40% faster or slower than the next (seen
+        // with OpenBLAS at 2 threads), so a single run is no bar.
+        const int runs = options.quick || row.spec.task == "charlm" ? 1 : 5;
         std::string why;
-        for (int t : {1, 2}) {
-          const double e =
-              eager_seconds_per_pair_step(options, row.spec, t, &why);
-          TORCH_CHECK(e > 0, "--vs-pytorch: ", why);
-          eager[key][t - 1] = e;
+        for (const auto& setting : eager_settings()) {
+          std::vector<double> times;
+          for (int i = 0; i < runs; ++i) {
+            const double e =
+                eager_seconds_per_pair_step(options, row.spec, setting, &why);
+            TORCH_CHECK(e > 0, "--vs-pytorch: ", why);
+            times.push_back(e);
+          }
+          eager[key].push_back(median(times));
         }
       }
-      row.eager_s_1thread = eager[key][0];
-      row.eager_s_2threads = eager[key][1];
+      row.eager_s = eager[key];
     }
     if (log) {
       log(fmt::format("{}: {:.4f} s per pair-step ({}), {:.1f} GFLOP/s of "
@@ -294,30 +317,33 @@ std::vector<BenchRow> run_bench(const BenchOptions& options,
 }
 
 std::string format_bench_table(const std::vector<BenchRow>& rows) {
-  std::string out = fmt::format(
-      "{:<15} {:<22} {:>11} {:>9} {:>9} {:>7} {:>10} {:>10} {:>8}\n", "row",
-      "threads", "s/pair-step", "GFLOP/s", "roof", "% roof", "eager 1T",
-      "eager 2T", "speedup");
+  const std::vector<EagerSetting> settings = eager_settings();
+  std::string out =
+      fmt::format("{:<15} {:<22} {:>11} {:>9} {:>9} {:>7}", "row", "threads",
+                  "s/pair-step", "GFLOP/s", "roof", "% roof");
+  for (const auto& e : settings) {
+    out += fmt::format(" {:>10}", "eager " + e.name());
+  }
+  out += fmt::format(" {:>8}\n", "speedup");
   for (const auto& r : rows) {
-    std::string e1 = "-", e2 = "-", sp = "-";
-    if (r.eager_s_1thread > 0) {
-      e1 = fmt::format("{:.4f}", r.eager_s_1thread);
-      e2 = fmt::format("{:.4f}", r.eager_s_2threads);
-      sp = fmt::format("{:.2f}x",
-                       std::min(r.eager_s_1thread, r.eager_s_2threads) /
-                           r.s_per_pair_step);
+    out += fmt::format("{:<15} {:<22} {:>11.4f} {:>9.1f} {:>9.1f} {:>6.0f}%",
+                       r.name, r.threads.name(), r.s_per_pair_step,
+                       r.model_gflops, r.roof_gflops,
+                       100 * r.model_gflops / r.roof_gflops);
+    for (size_t i = 0; i < settings.size(); ++i) {
+      out += i < r.eager_s.size() ? fmt::format(" {:>10.4f}", r.eager_s[i])
+                                  : fmt::format(" {:>10}", "-");
     }
-    out += fmt::format(
-        "{:<15} {:<22} {:>11.4f} {:>9.1f} {:>9.1f} {:>6.0f}% {:>10} {:>10} "
-        "{:>8}\n",
-        r.name, r.threads.name(), r.s_per_pair_step, r.model_gflops,
-        r.roof_gflops, 100 * r.model_gflops / r.roof_gflops, e1, e2, sp);
+    out += r.eager_s.empty()
+               ? fmt::format(" {:>8}\n", "-")
+               : fmt::format(" {:>7.2f}x\n", r.speedup_vs_best_eager());
   }
   out +=
       "s/pair-step: median over timed segments after warm-up; GFLOP/s: "
       "matrix-multiply FLOPs of both copies (model/flops.h) per second; "
       "roof: the same products replayed back to back at the row's threads; "
-      "eager: bench/eager_pytorch.py at 1 and 2 threads; speedup: best "
+      "eager T/B: bench/eager_pytorch.py with T LibTorch and B OpenBLAS "
+      "threads, s/pair-step, median of 5 runs (1 for charlm); speedup: best "
       "eager / ours.\n";
   return out;
 }
@@ -345,11 +371,16 @@ nlohmann::json bench_to_json(const std::vector<BenchRow>& rows) {
         {"model_gflops", r.model_gflops},
         {"roof_gflops", r.roof_gflops},
         {"fraction_of_roof", r.model_gflops / r.roof_gflops}};
-    if (r.eager_s_1thread > 0) {
-      row["eager_s_per_pair_step"] = {{"1", r.eager_s_1thread},
-                                      {"2", r.eager_s_2threads}};
-      row["speedup_vs_best_eager"] =
-          std::min(r.eager_s_1thread, r.eager_s_2threads) / r.s_per_pair_step;
+    if (!r.eager_s.empty()) {
+      // "torch1_openblas2": seconds per pair-step at that setting.
+      nlohmann::json e;
+      const auto settings = eager_settings();
+      for (size_t i = 0; i < r.eager_s.size() && i < settings.size(); ++i) {
+        e[fmt::format("torch{}_openblas{}", settings[i].torch_threads,
+                      settings[i].openblas_threads)] = r.eager_s[i];
+      }
+      row["eager_s_per_pair_step"] = e;
+      row["speedup_vs_best_eager"] = r.speedup_vs_best_eager();
     }
     j.push_back(row);
   }

@@ -29,9 +29,24 @@ struct BenchRow {
   double flops_per_pair_step = 0;  // both copies, analytic
   double model_gflops = 0;     // flops_per_pair_step / s_per_pair_step
   double roof_gflops = 0;      // the step's products replayed back to back
-  double eager_s_1thread = -1;  // eager PyTorch, -1 when not measured
-  double eager_s_2threads = -1;
+  // Eager PyTorch at each thread setting of eager_settings(); empty when
+  // not measured.
+  std::vector<double> eager_s;
+  // Best eager / ours; 0 when not measured.
+  double speedup_vs_best_eager() const;
 };
+
+// A thread setting of the eager reference: LibTorch intra-op threads
+// (torch.set_num_threads) and OpenBLAS threads (OPENBLAS_NUM_THREADS; a
+// Python user who only calls torch.set_num_threads(1) gets OpenBLAS at
+// every core).
+struct EagerSetting {
+  int torch_threads = 1;
+  int openblas_threads = 1;
+  std::string name() const;  // "1/2": torch / OpenBLAS
+};
+// {1, 1}, {1, cores}, {cores, cores} (cores = 2 on this machine).
+std::vector<EagerSetting> eager_settings();
 
 struct BenchOptions {
   std::vector<std::string> rows;  // names from bench_row_names(); empty: all
@@ -60,8 +75,10 @@ double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
 
 // Median seconds per pair-step of the eager-PyTorch reference, or -1 with a
 // reason in `why` when it could not run (no python3-torch, no script).
+// One process run per call; run_bench takes the median of several.
 double eager_seconds_per_pair_step(const BenchOptions& options,
-                                   const PairSpec& spec, int threads,
+                                   const PairSpec& spec,
+                                   const EagerSetting& setting,
                                    std::string* why);
 
 // Where bench/eager_pytorch.py is: next to the executable's tree or in the
