@@ -85,36 +85,41 @@ std::string records_title(const std::vector<twins::StoredRecord>& records) {
   return "twin-run results: " + t;
 }
 
-void draw(const std::vector<twins::StoredRecord>& records,
-          const std::string& out) {
+namespace {
+
+std::vector<twins::PairResult> results_of(
+    const std::vector<twins::StoredRecord>& records) {
   std::vector<twins::PairResult> results;
   for (const auto& r : records) {
     results.push_back(r.result);
   }
-  const twins::PlotFiles f =
-      twins::plot_results(results, out, records_title(records));
+  return results;
+}
+
+// "figures: ...; script ..." on stdout, or why not in one line on stderr.
+void say_drawn(const twins::PlotFiles& f, const std::string& what) {
   if (!f.drawn) {
     fmt::print(stderr, "twin-run: {}\n", f.message);
     return;
   }
-  fmt::print("figures: {} (Figure 2), {} (per-head QK drift); script {}\n",
-             f.drift_figure, f.qk_figure, f.script);
+  fmt::print("{}; script {}\n", what, f.script);
+}
+
+}  // namespace
+
+void draw(const std::vector<twins::StoredRecord>& records,
+          const std::string& out) {
+  const twins::PlotFiles f =
+      twins::plot_results(results_of(records), out, records_title(records));
+  say_drawn(f, fmt::format("figures: {} (Figure 2), {} (per-head QK drift)",
+                           f.drift_figure, f.qk_figure));
 }
 
 void draw_dial(const std::vector<twins::StoredRecord>& records,
                const std::string& out) {
-  std::vector<twins::PairResult> results;
-  for (const auto& r : records) {
-    results.push_back(r.result);
-  }
   const twins::PlotFiles f =
-      twins::plot_dial(results, out, records_title(records));
-  if (!f.drawn) {
-    fmt::print(stderr, "twin-run: {}\n", f.message);
-    return;
-  }
-  fmt::print("figure: {} (drift against p); script {}\n", f.drift_figure,
-             f.script);
+      twins::plot_dial(results_of(records), out, records_title(records));
+  say_drawn(f, fmt::format("figure: {} (drift against p)", f.drift_figure));
 }
 
 int run_plot(const PlotFlags& f) {
