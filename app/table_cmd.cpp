@@ -132,7 +132,7 @@ int list_tables(const TableFlags& f) {
   }
   fmt::print(
       "Estimates: this machine's measured one-thread speed (a Table-3 pair "
-      "takes ~88 s), +-50 %; other load on the machine slows them.\n");
+      "takes ~70 s), +-50 %; other load on the machine slows them.\n");
   return 0;
 }
 

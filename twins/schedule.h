@@ -40,7 +40,7 @@ std::vector<PairSpec> shard_of(const std::vector<PairSpec>& pairs,
 
 // Seconds one pair takes on one thread of this machine: training and
 // evaluation FLOPs of both copies over a throughput measured here (mod-47
-// Table 3: 88 s per pair, float32, LibTorch 1.13 + OpenBLAS). Rough (about
+// Table 3: ~70 s per pair, float32, LibTorch 1.13 + OpenBLAS). Rough (about
 // +-50 %); CUDA devices are not modelled (NaN).
 double estimate_seconds(const PairSpec& spec);
 
