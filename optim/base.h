@@ -52,4 +52,28 @@ void adam_update_(const torch::Tensor& p, const torch::Tensor& grad,
                   int64_t step, double lr, double beta1, double beta2,
                   double eps);
 
+// The parameter groups of a hybrid rule (Muon, Shampoo): `matrices` (each
+// 2-D, updated by the rule itself) and `others` (updated by Adam), each
+// group with the defaults and its flag set by `with_flag(options, on)`.
+// Per-group options replace the defaults whole, so each is given in full.
+// Throws naming `rule` for a matrix that is not 2-D.
+template <class Options, class WithFlag>
+std::vector<torch::optim::OptimizerParamGroup> hybrid_groups(
+    const char* rule, std::vector<torch::Tensor> matrices,
+    std::vector<torch::Tensor> others, const Options& defaults,
+    WithFlag with_flag) {
+  for (const auto& p : matrices) {
+    TORCH_CHECK(p.dim() == 2, rule, ": matrix parameters must be 2-D, got ",
+                p.sizes());
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::move(matrices),
+                      std::make_unique<Options>(with_flag(defaults, true)));
+  if (!others.empty()) {
+    groups.emplace_back(std::move(others),
+                        std::make_unique<Options>(with_flag(defaults, false)));
+  }
+  return groups;
+}
+
 }  // namespace optim

@@ -15,24 +15,10 @@ void check_muon_options(const MuonOptions& o) {
   check_adam_options(o.adam_lr(), o.adam_betas(), o.adam_eps());
 }
 
-std::vector<torch::optim::OptimizerParamGroup> make_groups(
-    std::vector<torch::Tensor> matrices, std::vector<torch::Tensor> others,
-    const MuonOptions& defaults) {
-  for (const auto& p : matrices) {
-    TORCH_CHECK(p.dim() == 2, "Muon: matrix parameters must be 2-D, got ",
-                p.sizes());
-  }
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  // Per-group options replace the defaults whole: give each one in full.
-  groups.emplace_back(std::move(matrices),
-                      std::make_unique<MuonOptions>(
-                          MuonOptions(defaults).use_muon(true)));
-  if (!others.empty()) {
-    groups.emplace_back(std::move(others),
-                        std::make_unique<MuonOptions>(
-                            MuonOptions(defaults).use_muon(false)));
-  }
-  return groups;
+// The rule's own options with its matrix-update flag set.
+MuonOptions with_use_muon(MuonOptions o, bool on) {
+  o.use_muon(on);
+  return o;
 }
 
 }  // namespace
@@ -40,7 +26,8 @@ std::vector<torch::optim::OptimizerParamGroup> make_groups(
 Muon::Muon(std::vector<torch::Tensor> matrices,
            std::vector<torch::Tensor> others, MuonOptions defaults)
     : StatefulOptimizer(
-          make_groups(std::move(matrices), std::move(others), defaults),
+          hybrid_groups("Muon", std::move(matrices), std::move(others),
+                        defaults, with_use_muon),
           std::make_unique<MuonOptions>(defaults)) {
   check_muon_options(defaults);
 }

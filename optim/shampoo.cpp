@@ -12,24 +12,10 @@ void check_shampoo_options(const ShampooOptions& o) {
   check_adam_options(o.adam_lr(), o.adam_betas(), o.adam_eps());
 }
 
-std::vector<torch::optim::OptimizerParamGroup> make_groups(
-    std::vector<torch::Tensor> matrices, std::vector<torch::Tensor> others,
-    const ShampooOptions& defaults) {
-  for (const auto& p : matrices) {
-    TORCH_CHECK(p.dim() == 2, "Shampoo: matrix parameters must be 2-D, got ",
-                p.sizes());
-  }
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  // Per-group options replace the defaults whole: give each one in full.
-  groups.emplace_back(std::move(matrices),
-                      std::make_unique<ShampooOptions>(
-                          ShampooOptions(defaults).use_shampoo(true)));
-  if (!others.empty()) {
-    groups.emplace_back(std::move(others),
-                        std::make_unique<ShampooOptions>(
-                            ShampooOptions(defaults).use_shampoo(false)));
-  }
-  return groups;
+// The rule's own options with its matrix-update flag set.
+ShampooOptions with_use_shampoo(ShampooOptions o, bool on) {
+  o.use_shampoo(on);
+  return o;
 }
 
 }  // namespace
@@ -59,7 +45,8 @@ void shampoo_update_(const torch::Tensor& p, const torch::Tensor& grad,
 Shampoo::Shampoo(std::vector<torch::Tensor> matrices,
                  std::vector<torch::Tensor> others, ShampooOptions defaults)
     : StatefulOptimizer(
-          make_groups(std::move(matrices), std::move(others), defaults),
+          hybrid_groups("Shampoo", std::move(matrices), std::move(others),
+                        defaults, with_use_shampoo),
           std::make_unique<ShampooOptions>(defaults)) {
   check_shampoo_options(defaults);
 }
