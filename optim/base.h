@@ -37,6 +37,28 @@ class StatefulOptimizer : public torch::optim::Optimizer {
     }
     return static_cast<State&>(*it->second);
   }
+
+  // The step every per-parameter rule shares: no autograd, the closure's
+  // loss, `check(options)` once per group, then `update(p, options)` for each
+  // parameter that has a gradient. Returns the closure's loss.
+  template <class Options, class Check, class Update>
+  torch::Tensor step_each(const LossClosure& closure, Check&& check,
+                          Update&& update) {
+    torch::NoGradGuard no_grad;
+    torch::Tensor loss;
+    if (closure) {
+      torch::AutoGradMode enable_grad(true);
+      loss = closure();
+    }
+    for (auto& group : param_groups_) {
+      auto& o = static_cast<Options&>(group.options());
+      check(o);
+      for (auto& p : group.params()) {
+        if (p.grad().defined()) update(p, o);
+      }
+    }
+    return loss;
+  }
 };
 
 // TORCH_CHECKs of Adam's constructor: lr >= 0, eps >= 0, betas in [0, 1).

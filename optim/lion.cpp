@@ -29,29 +29,18 @@ Lion::Lion(std::vector<torch::optim::OptimizerParamGroup> groups,
 }
 
 torch::Tensor Lion::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss;
-  if (closure) {
-    torch::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    auto& o = static_cast<LionOptions&>(group.options());
-    check_options(o);
-    const auto [beta1, beta2] = o.betas();
-    for (auto& p : group.params()) {
-      if (!p.grad().defined())
-        continue;
-      auto& state = state_for<LionParamState>(p, [&] {
-        auto s = std::make_unique<LionParamState>();
-        s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        return s;
+  return step_each<LionOptions>(
+      closure, [](const LionOptions& o) { check_options(o); },
+      [&](const torch::Tensor& p, LionOptions& o) {
+        const auto [beta1, beta2] = o.betas();
+        auto& state = state_for<LionParamState>(p, [&] {
+          auto s = std::make_unique<LionParamState>();
+          s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          return s;
+        });
+        state.step(state.step() + 1);
+        lion_update_(p, p.grad(), state.exp_avg(), o.lr(), beta1, beta2);
       });
-      state.step(state.step() + 1);
-      lion_update_(p, p.grad(), state.exp_avg(), o.lr(), beta1, beta2);
-    }
-  }
-  return loss;
 }
 
 }  // namespace optim

@@ -28,29 +28,18 @@ RMSprop::RMSprop(std::vector<torch::optim::OptimizerParamGroup> groups,
 }
 
 torch::Tensor RMSprop::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss;
-  if (closure) {
-    torch::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    auto& o = static_cast<RMSpropOptions&>(group.options());
-    check_options(o);
-    for (auto& p : group.params()) {
-      if (!p.grad().defined())
-        continue;
-      auto& state = state_for<RMSpropParamState>(p, [&] {
-        auto s = std::make_unique<RMSpropParamState>();
-        s->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        return s;
+  return step_each<RMSpropOptions>(
+      closure, [](const RMSpropOptions& o) { check_options(o); },
+      [&](const torch::Tensor& p, RMSpropOptions& o) {
+        auto& state = state_for<RMSpropParamState>(p, [&] {
+          auto s = std::make_unique<RMSpropParamState>();
+          s->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          return s;
+        });
+        state.step(state.step() + 1);
+        rmsprop_update_(p, p.grad(), state.square_avg(), o.lr(), o.alpha(),
+                        o.eps());
       });
-      state.step(state.step() + 1);
-      rmsprop_update_(p, p.grad(), state.square_avg(), o.lr(), o.alpha(),
-                      o.eps());
-    }
-  }
-  return loss;
 }
 
 }  // namespace optim

@@ -26,29 +26,18 @@ Signum::Signum(std::vector<torch::optim::OptimizerParamGroup> groups,
 }
 
 torch::Tensor Signum::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss;
-  if (closure) {
-    torch::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    auto& o = static_cast<SignumOptions&>(group.options());
-    check_options(o);
-    for (auto& p : group.params()) {
-      if (!p.grad().defined())
-        continue;
-      auto& state = state_for<SignumParamState>(p, [&] {
-        auto s = std::make_unique<SignumParamState>();
-        s->momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        return s;
+  return step_each<SignumOptions>(
+      closure, [](const SignumOptions& o) { check_options(o); },
+      [&](const torch::Tensor& p, SignumOptions& o) {
+        auto& state = state_for<SignumParamState>(p, [&] {
+          auto s = std::make_unique<SignumParamState>();
+          s->momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          return s;
+        });
+        state.step(state.step() + 1);
+        signum_update_(p, p.grad(), state.momentum_buffer(), o.lr(),
+                       o.momentum());
       });
-      state.step(state.step() + 1);
-      signum_update_(p, p.grad(), state.momentum_buffer(), o.lr(),
-                     o.momentum());
-    }
-  }
-  return loss;
 }
 
 }  // namespace optim
