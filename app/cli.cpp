@@ -10,36 +10,12 @@
 
 namespace app {
 
-void setup_run(CLI::App& app, RunFlags& f) {
-  auto& p = f.plan;
+void add_pair_flags(CLI::App& app, twins::PlanRequest& p) {
   app.add_option("--task", p.task,
                  "Task: mod<p> = modular addition (a + b) mod p, e.g. mod47, "
                  "full batch; charlm = character LM on tiny-Shakespeare "
                  "(or --data), minibatches (PROTOCOL §4)")
       ->capture_default_str();
-  app.add_option("--opt", f.opts,
-                 "Optimizers, comma-separated (see --list-optimizers). "
-                 "Without --opt and --twin: the seven Table-3 pairs");
-  app.add_option("--twin", f.twins,
-                 "Twin kinds, comma-separated: gauge (per-head orthogonal "
-                 "A_h on W_Q/W_K rows), identity (A_h = I, must stay "
-                 "exactly 0), noise (W_Q, W_K + scale N(0,1)). Default "
-                 "gauge when --opt is given");
-  app.add_option("--init-seed", f.init_seeds,
-                 "Seeds of the base model's initialisation "
-                 "(torch::manual_seed before the build), comma-separated")
-      ->capture_default_str();
-  app.add_option("--twin-seed", f.twin_seeds,
-                 "Seeds of the gauge / noise draws, comma-separated "
-                 "[default: 777 for gauge twins, 888 for noise twins]");
-  app.add_option("--noise-scale", f.noise_scales,
-                 "Std of the W_Q/W_K perturbation of noise twins, "
-                 "comma-separated")
-      ->capture_default_str();
-  app.add_option("--p", f.adam_ps,
-                 "Exponents in [0, 1] of the Adam-p dial for a bare adam-p "
-                 "in --opt, comma-separated (one pair set per p; adam-p0.5 "
-                 "names one directly) [default: 0.5]");
   app.add_option("--steps", p.steps,
                  "Training steps [default: 1500 for mod<p>, 3000 for charlm]")
       ->check(CLI::PositiveNumber);
@@ -78,6 +54,34 @@ void setup_run(CLI::App& app, RunFlags& f) {
   app.add_option("--data", p.corpus,
                  "charlm: UTF-8 text file to train on [default: the shipped "
                  "data/tinyshakespeare.txt]");
+}
+
+void setup_run(CLI::App& app, RunFlags& f) {
+  auto& p = f.plan;
+  app.add_option("--opt", f.opts,
+                 "Optimizers, comma-separated (see --list-optimizers). "
+                 "Without --opt and --twin: the seven Table-3 pairs");
+  app.add_option("--twin", f.twins,
+                 "Twin kinds, comma-separated: gauge (per-head orthogonal "
+                 "A_h on W_Q/W_K rows), identity (A_h = I, must stay "
+                 "exactly 0), noise (W_Q, W_K + scale N(0,1)). Default "
+                 "gauge when --opt is given");
+  app.add_option("--init-seed", f.init_seeds,
+                 "Seeds of the base model's initialisation "
+                 "(torch::manual_seed before the build), comma-separated")
+      ->capture_default_str();
+  app.add_option("--twin-seed", f.twin_seeds,
+                 "Seeds of the gauge / noise draws, comma-separated "
+                 "[default: 777 for gauge twins, 888 for noise twins]");
+  app.add_option("--noise-scale", f.noise_scales,
+                 "Std of the W_Q/W_K perturbation of noise twins, "
+                 "comma-separated")
+      ->capture_default_str();
+  app.add_option("--p", f.adam_ps,
+                 "Exponents in [0, 1] of the Adam-p dial for a bare adam-p "
+                 "in --opt, comma-separated (one pair set per p; adam-p0.5 "
+                 "names one directly) [default: 0.5]");
+  add_pair_flags(app, p);
   app.add_option("--out", f.out,
                  "Results file (JSON lines, appended) [default: a new file "
                  "runs/<task>-<date>-<time>.jsonl]");

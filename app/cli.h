@@ -23,6 +23,11 @@ struct RunFlags {
   bool list_optimizers = false;
 };
 
+// The flags that shape every pair, shared by the run and `verdict`:
+// --task, --steps, --lr, --dtype, --device, --depth, --d-model, --heads,
+// --mlp, --data-seed, --ctx, --batch, --data, bound to `plan`.
+void add_pair_flags(CLI::App& app, twins::PlanRequest& plan);
+
 void setup_run(CLI::App& app, RunFlags& flags);
 int run_run(const RunFlags& flags);
 

@@ -1,5 +1,7 @@
 #include "app/verdict_cmd.h"
 
+#include "app/cli.h"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -25,43 +27,10 @@ void setup_verdict(CLI::App& app, VerdictFlags& f) {
                  "Exponents in [0, 1] for a bare adam-p in --opt, "
                  "comma-separated [default: 0.5]")
       ->delimiter(',');
-  app.add_option("--task", p.task,
-                 "Task: mod<p> (modular addition) or charlm (PROTOCOL §4)")
-      ->capture_default_str();
-  app.add_option("--steps", p.steps,
-                 "Training steps [default: 1500 for mod<p>, 3000 for charlm]")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--lr", p.lr,
-                 "Learning rate for every optimizer [default: each "
-                 "optimizer's default for the task]")
-      ->check(CLI::PositiveNumber);
+  add_pair_flags(app, p);
   app.add_option("--init-seed", f.init_seed,
                  "Seed of the base model shared by the four pairs")
       ->capture_default_str();
-  app.add_option("--dtype", p.dtype,
-                 "float32 or float64 [default: float32 on cpu, float64 on "
-                 "cuda]");
-  app.add_option("--device", p.device, "cpu, cuda or cuda:N")
-      ->capture_default_str();
-  app.add_option("--depth", p.depth, "Transformer blocks [default: per task]")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--d-model", p.d_model,
-                 "Residual width, divisible by --heads [default: per task]")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--heads", p.heads, "Attention heads [default: per task]")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--mlp", p.mlp, "MLP hidden width [default: 4 x d-model]")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--data-seed", p.data_seed,
-                 "Seed of the mod<p> split / the charlm batch stream")
-      ->capture_default_str();
-  app.add_option("--ctx", p.ctx, "charlm: context length")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--batch", p.batch, "charlm: windows per step")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--data", p.corpus, "charlm: text file to train on");
   app.add_option("--out", f.out,
                  "Results file (JSON lines, appended) [default: a new file "
                  "runs/verdict-<task>-<date>-<time>.jsonl]");

@@ -31,7 +31,8 @@ torch::Tensor Signum::step(LossClosure closure) {
       [&](const torch::Tensor& p, SignumOptions& o) {
         auto& state = state_for<SignumParamState>(p, [&] {
           auto s = std::make_unique<SignumParamState>();
-          s->momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          s->momentum_buffer(
+              torch::zeros_like(p, torch::MemoryFormat::Preserve));
           return s;
         });
         state.step(state.step() + 1);
