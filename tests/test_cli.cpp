@@ -10,49 +10,17 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "twin_run_path.h"
+#include "binary_helpers.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-// Runs twin-run with `args` in a fresh temporary directory.
-Outcome twin_run(const std::string& args, const fs::path& dir) {
-  const fs::path out = dir / "stdout", err = dir / "stderr";
-  const std::string cmd = "cd '" + dir.string() + "' && '" TWIN_RUN_PATH "' " +
-                          args + " >'" + out.string() + "' 2>'" +
-                          err.string() + "'";
-  const int status = std::system(cmd.c_str());
-  Outcome o;
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  o.out = slurp(out);
-  o.err = slurp(err);
-  return o;
-}
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() /
-               ("twins-cli-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-int count_lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
+using testing_helpers::count_lines;
+using testing_helpers::fresh_dir;
+using testing_helpers::Outcome;
+using testing_helpers::slurp;
+using testing_helpers::twin_run;
 
 struct BadInput {
   std::string args;

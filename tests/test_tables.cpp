@@ -18,7 +18,7 @@
 #include <string>
 #include <thread>
 
-#include "twin_run_path.h"
+#include "binary_helpers.h"
 #include "twins/aggregate.h"
 #include "twins/plot.h"
 #include "twins/record.h"
@@ -34,50 +34,15 @@ namespace {
 // ===========================================================================
 // Helpers
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() /
-               fmt::format("twins-tables-{}-{}", name, ::getpid());
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using testing_helpers::count_lines;
+using testing_helpers::fresh_dir;
+using testing_helpers::Outcome;
+using testing_helpers::slurp;
+using testing_helpers::twin_run;
 
 void spit(const fs::path& p, const std::string& text) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   f << text;
-}
-
-int count_lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) {
-    n += c == '\n';
-  }
-  return n;
-}
-
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
-
-// Runs twin-run with `args` in `dir` (env: extra "VAR=value " prefix).
-Outcome twin_run(const std::string& args, const fs::path& dir,
-                 const std::string& env = "") {
-  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string cmd = "cd '" + dir.string() + "' && " + env + "'" +
-                          TWIN_RUN_PATH + "' " + args + " >'" + out.string() +
-                          "' 2>'" + err.string() + "'";
-  const int status = std::system(cmd.c_str());
-  Outcome o;
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  o.out = slurp(out);
-  o.err = slurp(err);
-  return o;
 }
 
 // Table 3's seven pairs shrunk to mod11, 2 blocks, d 16, 4 heads.

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "twin_run_path.h"
+#include "binary_helpers.h"
 #include "twins/aggregate.h"
 #include "twins/plot.h"
 #include "twins/verdict.h"
@@ -267,36 +267,10 @@ TEST(DialTable, SixGaugePairsOneLrSortedByP) {
 // ---------------------------------------------------------------------------
 // `twin-run verdict` end to end
 
-struct Outcome {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-Outcome twin_run(const std::string& args, const fs::path& dir) {
-  const fs::path out = dir / "stdout", err = dir / "stderr";
-  const std::string cmd = "cd '" + dir.string() + "' && '" TWIN_RUN_PATH "' " +
-                          args + " >'" + out.string() + "' 2>'" + err.string() +
-                          "'";
-  const int status = std::system(cmd.c_str());
-  Outcome o;
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  o.out = slurp(out);
-  o.err = slurp(err);
-  return o;
-}
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() /
-               ("twins-verdict-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+using testing_helpers::fresh_dir;
+using testing_helpers::Outcome;
+using testing_helpers::slurp;
+using testing_helpers::twin_run;
 
 TEST(VerdictCli, BadInputGivesOneLineNonZeroExitAndNoFile) {
   for (const auto& [args, mention] :

@@ -1,0 +1,62 @@
+// Helpers of the end-to-end tests that run the twin-run binary: a fresh
+// scratch directory, a file's bytes, and one run with its exit code and
+// output.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "twin_run_path.h"
+
+namespace testing_helpers {
+
+namespace fs = std::filesystem;
+
+// An empty directory under the system temp dir, unique to this process.
+inline fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() /
+               ("twins-test-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+inline std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+inline int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+struct Outcome {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs twin-run with `args` in `dir`; `env` is an optional "VAR=value "
+// prefix for the command.
+inline Outcome twin_run(const std::string& args, const fs::path& dir,
+                        const std::string& env = "") {
+  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd = "cd '" + dir.string() + "' && " + env + "'" +
+                          TWIN_RUN_PATH + "' " + args + " >'" + out.string() +
+                          "' 2>'" + err.string() + "'";
+  const int status = std::system(cmd.c_str());
+  Outcome o;
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.out = slurp(out);
+  o.err = slurp(err);
+  return o;
+}
+
+}  // namespace testing_helpers
