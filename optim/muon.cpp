@@ -33,41 +33,31 @@ Muon::Muon(std::vector<torch::Tensor> matrices,
 }
 
 torch::Tensor Muon::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss;
-  if (closure) {
-    torch::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    auto& o = static_cast<MuonOptions&>(group.options());
-    check_muon_options(o);
-    for (auto& p : group.params()) {
-      if (!p.grad().defined()) continue;
-      const torch::Tensor& grad = p.grad();
-      auto& state = state_for<MuonParamState>(p, [&] {
-        auto s = std::make_unique<MuonParamState>();
+  return step_each<MuonOptions>(
+      closure, [](const MuonOptions& o) { check_muon_options(o); },
+      [&](const torch::Tensor& p, MuonOptions& o) {
+        const torch::Tensor& grad = p.grad();
+        auto& state = state_for<MuonParamState>(p, [&] {
+          auto s = std::make_unique<MuonParamState>();
+          if (o.use_muon()) {
+            s->momentum_buffer(torch::zeros_like(p));
+          } else {
+            s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          }
+          return s;
+        });
+        state.step(state.step() + 1);
         if (o.use_muon()) {
-          s->momentum_buffer(torch::zeros_like(p));
+          state.momentum_buffer().mul_(o.momentum()).add_(grad);
+          p.add_(newton_schulz5(state.momentum_buffer(), o.ns_steps()),
+                 -o.lr());
         } else {
-          s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-          s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(),
+                       state.step(), o.adam_lr(), std::get<0>(o.adam_betas()),
+                       std::get<1>(o.adam_betas()), o.adam_eps());
         }
-        return s;
       });
-      state.step(state.step() + 1);
-      if (o.use_muon()) {
-        state.momentum_buffer().mul_(o.momentum()).add_(grad);
-        p.add_(newton_schulz5(state.momentum_buffer(), o.ns_steps()),
-               -o.lr());
-      } else {
-        adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(),
-                     state.step(), o.adam_lr(), std::get<0>(o.adam_betas()),
-                     std::get<1>(o.adam_betas()), o.adam_eps());
-      }
-    }
-  }
-  return loss;
 }
 
 }  // namespace optim

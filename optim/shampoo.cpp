@@ -52,45 +52,35 @@ Shampoo::Shampoo(std::vector<torch::Tensor> matrices,
 }
 
 torch::Tensor Shampoo::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
-  torch::Tensor loss;
-  if (closure) {
-    torch::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  for (auto& group : param_groups_) {
-    auto& o = static_cast<ShampooOptions&>(group.options());
-    check_shampoo_options(o);
-    for (auto& p : group.params()) {
-      if (!p.grad().defined())
-        continue;
-      const torch::Tensor& grad = p.grad();
-      auto& state = state_for<ShampooParamState>(p, [&] {
-        auto s = std::make_unique<ShampooParamState>();
+  return step_each<ShampooOptions>(
+      closure, [](const ShampooOptions& o) { check_shampoo_options(o); },
+      [&](const torch::Tensor& p, ShampooOptions& o) {
+        const torch::Tensor& grad = p.grad();
+        auto& state = state_for<ShampooParamState>(p, [&] {
+          auto s = std::make_unique<ShampooParamState>();
+          if (o.use_shampoo()) {
+            s->left(torch::zeros({p.size(0), p.size(0)}, p.options()));
+            s->right(torch::zeros({p.size(1), p.size(1)}, p.options()));
+            s->left_root(torch::empty({p.size(0), p.size(0)}, p.options()));
+            s->right_root(torch::empty({p.size(1), p.size(1)}, p.options()));
+          } else {
+            s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          }
+          return s;
+        });
+        state.step(state.step() + 1);
         if (o.use_shampoo()) {
-          s->left(torch::zeros({p.size(0), p.size(0)}, p.options()));
-          s->right(torch::zeros({p.size(1), p.size(1)}, p.options()));
-          s->left_root(torch::empty({p.size(0), p.size(0)}, p.options()));
-          s->right_root(torch::empty({p.size(1), p.size(1)}, p.options()));
+          const bool refresh = (state.step() - 1) % o.root_every() == 0;
+          shampoo_update_(p, grad, state.left(), state.right(),
+                          state.left_root(), state.right_root(), refresh,
+                          o.lr(), o.damping());
         } else {
-          s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-          s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+          adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(),
+                       state.step(), o.adam_lr(), std::get<0>(o.adam_betas()),
+                       std::get<1>(o.adam_betas()), o.adam_eps());
         }
-        return s;
       });
-      state.step(state.step() + 1);
-      if (o.use_shampoo()) {
-        const bool refresh = (state.step() - 1) % o.root_every() == 0;
-        shampoo_update_(p, grad, state.left(), state.right(), state.left_root(),
-                        state.right_root(), refresh, o.lr(), o.damping());
-      } else {
-        adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(), state.step(),
-                     o.adam_lr(), std::get<0>(o.adam_betas()),
-                     std::get<1>(o.adam_betas()), o.adam_eps());
-      }
-    }
-  }
-  return loss;
 }
 
 }  // namespace optim
