@@ -13,6 +13,7 @@
 #include "app/plot_cmd.h"
 #include "app/table_cmd.h"
 #include "app/verdict_cmd.h"
+#include "twins/device.h"
 
 namespace {
 
@@ -24,6 +25,7 @@ std::string first_line(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  twins::keep_freed_memory();  // before the first tensor
   CLI::App cli{
       "twin-run: train two copies of a small transformer that compute the "
       "same function (one with each head's W_Q, W_K rotated by a random "

@@ -1,6 +1,9 @@
 #include "twins/device.h"
 
 #include <dlfcn.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <cstdlib>
 #include <mutex>
@@ -31,6 +34,23 @@ void configure_determinism() {
     setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
     at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   });
+}
+
+bool keep_freed_memory() {
+#if defined(__GLIBC__)
+  static const bool ok = [] {
+    // Blocks below the threshold come from the heap (and the arenas of
+    // other threads), which are no longer trimmed; larger ones are still
+    // mapped and unmapped one by one.
+    constexpr int kMmapThreshold = 32 << 20;  // glibc's largest allowed
+    const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1;
+    const bool trim_ok = mallopt(M_TRIM_THRESHOLD, -1) == 1;  // never trim
+    return mmap_ok && trim_ok;
+  }();
+  return ok;
+#else
+  return false;
+#endif
 }
 
 namespace {
