@@ -1,5 +1,8 @@
 #include "model/transformer.h"
 
+#include "model/fused.h"
+#include "model/small_attention.h"
+
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -30,6 +33,7 @@ RMSNormImpl::RMSNormImpl(int64_t d) : sqrt_d_(std::sqrt(double(d))) {
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   // No epsilon (PROTOCOL §3): a zero residual vector never occurs here.
+  if (!x.is_cuda()) return fused_rms_norm(x, gain);
   // The per-row factor sqrt(d) / ||x|| first: one full-size product fewer.
   return x * (sqrt_d_ / x.norm(2, {-1}, /*keepdim=*/true)) * gain;
 }
@@ -58,55 +62,28 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x,
   return attend({wq(xq), wk(x), wv(x)});
 }
 
-namespace {
-
-// Up to this many positions the two attention products are broadcast
-// multiply-and-sum: a batched matmul of (3 x 16) @ (16 x 3) matrices is
-// mostly call overhead, the elementwise form one pass over the data.
-constexpr int64_t kSmallAttention = 8;
-
-}  // namespace
-
 torch::Tensor AttentionImpl::attend(const Qkv& qkv) {
   const int64_t B = qkv.k.size(0), T = qkv.k.size(1), d = qkv.k.size(2);
   const int64_t Tq = qkv.q.size(1), hd = d / heads_;
-  const double scale = 1.0 / std::sqrt(double(hd));
-  const bool small = T <= kSmallAttention;
-  torch::Tensor y;
-  if (small) {
-    // (B, T', nh, hd) views; scores (B, Tq, T, nh), output (B, Tq, nh, hd).
-    auto q = qkv.q.view({B, Tq, 1, heads_, hd});
-    auto k = qkv.k.view({B, 1, T, heads_, hd});
-    auto v = qkv.v.view({B, 1, T, heads_, hd});
-    torch::Tensor att = (q * k).sum(-1) * scale;  // (B, Tq, T, nh)
-    if (causal_ && Tq == T && T > 1) {
-      auto mask = torch::ones({T, T}, torch::TensorOptions()
-                                          .dtype(torch::kBool)
-                                          .device(att.device()))
-                      .triu(1)
-                      .view({1, T, T, 1});
-      att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
-    }
-    att = torch::softmax(att, 2);
-    y = (att.unsqueeze(-1) * v).sum(2);  // (B, Tq, nh, hd)
-    y = y.reshape({B, Tq, d});
-  } else {
-    auto split = [&](const torch::Tensor& t) {  // -> (B, nh, T', hd)
-      return t.view({B, t.size(1), heads_, hd}).transpose(1, 2);
-    };
-    torch::Tensor q = split(qkv.q), k = split(qkv.k), v = split(qkv.v);
-    torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * scale;
-    if (causal_ && Tq == T && T > 1) {  // a last query sees every position
-      auto mask = torch::ones({T, T}, torch::TensorOptions()
-                                          .dtype(torch::kBool)
-                                          .device(att.device()))
-                      .triu(1);
-      att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
-    }
-    att = torch::softmax(att, -1);
-    y = torch::matmul(att, v);                       // (B, nh, Tq, hd)
-    y = y.transpose(1, 2).reshape({B, Tq, d});       // (B, Tq, d)
+  if (!qkv.k.is_cuda() && T <= kSmallAttentionMaxPositions) {
+    return wo(small_attention(qkv.q, qkv.k, qkv.v, heads_, causal_));
   }
+  const double scale = 1.0 / std::sqrt(double(hd));
+  auto split = [&](const torch::Tensor& t) {  // -> (B, nh, T', hd)
+    return t.view({B, t.size(1), heads_, hd}).transpose(1, 2);
+  };
+  torch::Tensor q = split(qkv.q), k = split(qkv.k), v = split(qkv.v);
+  torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  if (causal_ && Tq == T && T > 1) {  // a last query sees every position
+    auto mask = torch::ones({T, T}, torch::TensorOptions()
+                                        .dtype(torch::kBool)
+                                        .device(att.device()))
+                    .triu(1);
+    att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
+  }
+  att = torch::softmax(att, -1);
+  torch::Tensor y = torch::matmul(att, v);  // (B, nh, Tq, hd)
+  y = y.transpose(1, 2).reshape({B, Tq, d});  // (B, Tq, d)
   return wo(y);
 }
 

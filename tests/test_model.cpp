@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "helpers.h"
+#include "model/fused.h"
 #include "model/loss.h"
+#include "model/small_attention.h"
 #include "twins/gauge.h"
 #include "twins/metrics.h"
 
@@ -152,7 +155,7 @@ torch::Tensor reference_forward(model::Transformer& m,
 // the same function, and the same gradients, as the plain reference.
 TEST(Model, ShortcutsComputeThePlainReferenceFunctionAndGradients) {
   for (bool last_only : {true, false}) {
-    for (int64_t T : {3, 12}) {  // broadcast attention up to 8 positions
+    for (int64_t T : {3, 12}) {  // the small-attention kernel up to 8
       model::ModelConfig cfg;
       cfg.vocab_in = 5;
       cfg.vocab_out = 7;
@@ -195,6 +198,133 @@ TEST(Model, ShortcutsComputeThePlainReferenceFunctionAndGradients) {
       }
     }
   }
+}
+
+// softmax(Q K^T / sqrt(hd)) V per head with plain tensor ops; query i at
+// position T - Tq + i.
+torch::Tensor plain_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, int64_t heads,
+                              bool causal) {
+  const int64_t B = k.size(0), T = k.size(1), d = k.size(2), Tq = q.size(1);
+  const int64_t hd = d / heads;
+  auto split = [&](const torch::Tensor& t) {
+    return t.reshape({B, t.size(1), heads, hd}).transpose(1, 2);
+  };
+  torch::Tensor s = split(q).matmul(split(k).transpose(-2, -1)) /
+                    std::sqrt(double(hd));
+  if (causal) {
+    const auto pos = torch::arange(T - Tq, T).unsqueeze(1);  // (Tq, 1)
+    s = s.masked_fill(torch::arange(T).unsqueeze(0) > pos,
+                      -std::numeric_limits<double>::infinity());
+  }
+  return torch::softmax(s, -1).matmul(split(v)).transpose(1, 2).reshape(
+      {B, Tq, d});
+}
+
+TEST(SmallAttention, MatchesPlainAttentionAndItsGradients) {
+  torch::manual_seed(3);
+  struct Case { int64_t B, Tq, T, heads, hd; bool causal; };
+  // Head widths with and without a tail past the kernel's 8 lanes; causal
+  // with fewer queries than keys; T up to the kernel's limit.
+  for (const Case c : {Case{5, 3, 3, 4, 16, false}, Case{5, 1, 3, 4, 16, false},
+                       Case{4, 4, 4, 2, 12, true}, Case{3, 2, 5, 3, 5, true},
+                       Case{2, 8, 8, 1, 24, true}}) {
+    SCOPED_TRACE(::testing::Message() << "B " << c.B << " Tq " << c.Tq
+                                      << " T " << c.T << " hd " << c.hd
+                                      << " causal " << c.causal);
+    const int64_t d = c.heads * c.hd;
+    // Q, K, V as column blocks of one wider tensor, as the model passes them.
+    auto wide = torch::randn({c.B, c.T, 3 * d}, torch::kDouble);
+    auto qkv = wide.split(d, -1);
+    auto q = qkv[0].narrow(1, c.T - c.Tq, c.Tq).detach().requires_grad_();
+    auto k = qkv[1].detach().requires_grad_();
+    auto v = qkv[2].detach().requires_grad_();
+    ASSERT_NE(k.stride(1), d);  // really a strided view
+    const auto w = torch::randn({c.B, c.Tq, d}, torch::kDouble);
+    auto grads = [&](const torch::Tensor& out) {
+      (out * w).sum().backward();
+      std::vector<torch::Tensor> g{q.grad().clone(), k.grad().clone(),
+                                   v.grad().clone()};
+      for (auto* t : {&q, &k, &v}) t->mutable_grad().reset();
+      return g;
+    };
+    const auto ours = model::small_attention(q, k, v, c.heads, c.causal);
+    const auto ref = plain_attention(q, k, v, c.heads, c.causal);
+    EXPECT_LE((ours - ref).abs().max().item<double>(), 1e-13);
+    const auto g_ours = grads(ours), g_ref = grads(ref);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_LE((g_ours[i] - g_ref[i]).abs().max().item<double>(), 1e-13)
+          << "gradient " << "qkv"[i];
+    }
+    // float32 to float32 accuracy.
+    const auto f = [](const torch::Tensor& t) { return t.detach().to(torch::kFloat); };
+    const auto ours32 =
+        model::small_attention(f(q), f(k), f(v), c.heads, c.causal);
+    EXPECT_LE((ours32.to(torch::kDouble) - ref).abs().max().item<double>(),
+              1e-5);
+  }
+}
+
+TEST(SmallAttention, ThreadCountDoesNotChangeABit) {
+  torch::manual_seed(4);
+  const auto q = torch::randn({200, 3, 64}).requires_grad_();
+  const auto k = torch::randn({200, 3, 64}).requires_grad_();
+  const auto v = torch::randn({200, 3, 64}).requires_grad_();
+  const auto w = torch::randn({200, 3, 64});
+  auto run = [&](int threads) {
+    torch::set_num_threads(threads);
+    auto y = model::small_attention(q, k, v, 4, true);
+    (y * w).sum().backward();
+    std::vector<torch::Tensor> out{y.detach(), q.grad().clone(),
+                                   k.grad().clone(), v.grad().clone()};
+    for (auto t : {q, k, v}) t.mutable_grad().reset();
+    return out;
+  };
+  const auto one = run(1), two = run(2);
+  torch::set_num_threads(1);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(one[i].equal(two[i])) << i;
+}
+
+TEST(SmallAttention, RejectsTooManyPositions) {
+  const auto t = torch::randn({2, 9, 8});
+  EXPECT_THROW(model::small_attention(t, t, t, 2, false), c10::Error);
+}
+
+// Value and gradients (w.r.t. every input) of f and of its reference g
+// agree to `tol` on random float64 inputs of the given shapes.
+void expect_same_function(
+    const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& f,
+    const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& g,
+    const std::vector<std::vector<int64_t>>& shapes, double tol) {
+  std::vector<torch::Tensor> in;
+  for (const auto& s : shapes) {
+    in.push_back(torch::randn(s, torch::kDouble).requires_grad_());
+  }
+  const torch::Tensor a = f(in), b = g(in);
+  EXPECT_LE((a - b).abs().max().item<double>(), tol);
+  const auto w = torch::randn(a.sizes(), torch::kDouble);
+  const auto ga = torch::autograd::grad({(a * w).sum()}, in);
+  const auto gb = torch::autograd::grad({(b * w).sum()}, in);
+  for (size_t i = 0; i < in.size(); ++i) {
+    EXPECT_LE((ga[i] - gb[i]).abs().max().item<double>(),
+              tol * (1 + gb[i].abs().max().item<double>()))
+        << "gradient of input " << i;
+  }
+}
+
+TEST(Fused, RmsNormMatchesTheTensorFormulaAndItsGradients) {
+  torch::manual_seed(6);
+  auto fused = [](const std::vector<torch::Tensor>& in) {
+    return model::fused_rms_norm(in[0], in[1]);
+  };
+  auto plain = [](const std::vector<torch::Tensor>& in) {
+    const double d = in[0].size(-1);
+    return in[0] * std::sqrt(d) / in[0].norm(2, {-1}, true) * in[1];
+  };
+  expect_same_function(fused, plain, {{7, 3, 64}, {64}}, 1e-13);
+  expect_same_function(fused, plain, {{5, 13}, {13}}, 1e-13);  // odd width
+  EXPECT_THROW(model::fused_rms_norm(torch::randn({3, 4}), torch::ones({5})),
+               c10::Error);
 }
 
 TEST(Model, RejectsImpossibleShapes) {

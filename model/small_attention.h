@@ -1,0 +1,28 @@
+// Attention over a few positions (the modular tasks have three) as one CPU
+// kernel with its own backward. Written with tensor ops, the score and
+// output products of a (3 x 16) query block are broadcast multiplies whose
+// (B, T, T, heads, head_dim) temporaries, and their backward's, were a fifth
+// of a mod47 step; this kernel reads Q, K, V once and keeps only the
+// (B, heads, Tq, T) probabilities for the backward.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace model {
+
+// The most key positions small_attention takes.
+constexpr int64_t kSmallAttentionMaxPositions = 8;
+
+// softmax(Q K^T / sqrt(head_dim)) V per head, on the CPU.
+// q (B, Tq, d), k and v (B, T, d), Tq <= T <= kSmallAttentionMaxPositions,
+// d = heads * head_dim, float32 or float64; the last dimension contiguous
+// (views of a wider projection are fine). Query i sits at position
+// T - Tq + i; with `causal` it sees the keys up to its own position.
+// Returns (B, Tq, d). Differentiable in q, k and v; every element's sums run
+// in a fixed order and batches are independent, so results do not depend on
+// the number of threads.
+torch::Tensor small_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, int64_t heads,
+                              bool causal);
+
+}  // namespace model
