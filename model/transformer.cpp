@@ -1,12 +1,12 @@
 #include "model/transformer.h"
 
-#include "model/fused.h"
-#include "model/small_attention.h"
-
 #include <cmath>
 #include <limits>
 #include <mutex>
 #include <string>
+
+#include "model/fused.h"
+#include "model/small_attention.h"
 
 namespace model {
 
