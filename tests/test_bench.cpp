@@ -72,6 +72,9 @@ long minor_faults() {
 }
 
 TEST(Allocator, TrainingStepsReuseFreedMemoryWithoutPageFaults) {
+#if !defined(__GLIBC__)
+  GTEST_SKIP() << "keep_freed_memory tunes glibc's malloc only";
+#endif
   ASSERT_TRUE(twins::keep_freed_memory());
   twins::set_threads(1);
   twins::PairSpec spec;  // mod47, sequential copies
