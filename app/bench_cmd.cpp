@@ -9,7 +9,8 @@
 #include <fstream>
 #include <thread>
 
-#include "twins/sink.h"
+#include "app/flags.h"
+#include "twins/io.h"
 
 namespace app {
 
@@ -36,10 +37,14 @@ CLI::App* setup_bench(CLI::App& app, BenchFlags& f) {
   cmd->add_option("--repeats", f.options.repeats,
                   "Timed segments per row (the median is reported)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, 1000));
   cmd->add_flag("--quick", f.options.quick,
                 "A few steps per row: checks that the benchmark runs; the "
                 "figures are not meaningful");
+  cmd->add_option("--device", f.options.device,
+                  "Where the rows run: cpu, cuda or cuda:N (the eager "
+                  "columns are CPU only)")
+      ->capture_default_str();
   cmd->add_option("--out", f.out,
                   "JSON results [default: runs/bench-<date>-<time>.json]");
   return cmd;
@@ -65,42 +70,32 @@ void print_line(const std::string& s) {
 }  // namespace
 
 int run_bench(const BenchFlags& f) {
-  twins::BenchOptions options = f.options;
+  bench::BenchOptions options = f.options;
   options.rows.clear();
   for (size_t start = 0; !f.rows.empty();) {
     const size_t comma = f.rows.find(',', start);
     options.rows.push_back(f.rows.substr(start, comma - start));
-    if (comma == std::string::npos) break;
+    if (comma == std::string::npos)
+      break;
     start = comma + 1;
   }
   const std::string path =
-      f.out.empty() ? twins::fresh_results_path("runs", "bench") : f.out;
-  const auto rows = twins::run_bench(options, print_line);
+      f.out.empty() ? twins::fresh_path("runs", "bench", ".json") : f.out;
+  const auto rows = bench::run_bench(options, print_line);
 
   std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
-  nlohmann::json j = {
-      {"date", date},
-      {"cpu", cpu_model()},
-      {"cores", std::thread::hardware_concurrency()},
-      {"torch_version", TORCH_VERSION},
-      {"quick", options.quick},
-      {"rows", twins::bench_to_json(rows)}};
+  nlohmann::json j = {{"date", date},
+                      {"cpu", cpu_model()},
+                      {"cores", std::thread::hardware_concurrency()},
+                      {"torch_version", TORCH_VERSION},
+                      {"quick", options.quick},
+                      {"rows", bench::bench_to_json(rows)}};
   fmt::print("{} ({} cores), LibTorch {}, {}\n{}", cpu_model(),
              std::thread::hardware_concurrency(), TORCH_VERSION, date,
-             twins::format_bench_table(rows));
-  // Written whole (temporary file, then rename): never half a file.
-  fs::path out(path);
-  if (out.has_parent_path()) fs::create_directories(out.parent_path());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream o(tmp);
-    TORCH_CHECK(o.good(), "Cannot write '", tmp, "'");
-    o << j.dump(2) << "\n";
-    TORCH_CHECK(o.good(), "Cannot write '", tmp, "'");
-  }
-  fs::rename(tmp, out);
+             bench::format_bench_table(rows));
+  twins::write_text_atomically(path, j.dump(2) + "\n");
   fmt::print("benchmark written to {}\n", path);
   return 0;
 }

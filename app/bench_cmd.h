@@ -1,16 +1,15 @@
-// `twin-run bench`: the speed benchmark (twins/bench.h).
+// `twin-run bench`: the speed benchmark (bench/bench.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <string>
 
-#include "twins/bench.h"
+#include "bench/bench.h"
 
 namespace app {
 
 struct BenchFlags {
-  twins::BenchOptions options;
+  bench::BenchOptions options;
   std::string rows;  // comma-separated row names; empty: all
   std::string out;   // JSON file; empty: runs/bench-<date>-<time>.json
 };

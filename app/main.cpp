@@ -1,6 +1,6 @@
-// twin-run: trains attention-twin pairs (PROTOCOL.md) and reports how far the
-// two copies drift apart. Parses flags and hands over to the twins library;
-// turns any error into one line on stderr and a non-zero exit.
+// twin-run: trains attention-twin pairs (docs/protocol.md) and reports how
+// far the two copies drift apart. Parses flags and hands over to the
+// libraries; turns any error into one line on stderr and a non-zero exit.
 #include <c10/util/Exception.h>
 
 #include <CLI/CLI.hpp>
@@ -9,8 +9,8 @@
 #include <string>
 
 #include "app/bench_cmd.h"
-#include "app/cli.h"
 #include "app/plot_cmd.h"
+#include "app/run_cmd.h"
 #include "app/table_cmd.h"
 #include "app/verdict_cmd.h"
 #include "twins/device.h"
@@ -56,10 +56,14 @@ int main(int argc, char** argv) {
     return cli.exit(e);
   }
   try {
-    if (table->parsed()) return app::run_table(table_flags);
-    if (plot->parsed()) return app::run_plot(plot_flags);
-    if (verdict->parsed()) return app::run_verdict(verdict_flags);
-    if (bench->parsed()) return app::run_bench(bench_flags);
+    if (table->parsed())
+      return app::run_table(table_flags);
+    if (plot->parsed())
+      return app::run_plot(plot_flags);
+    if (verdict->parsed())
+      return app::run_verdict(verdict_flags);
+    if (bench->parsed())
+      return app::run_bench(bench_flags);
     return app::run_run(run_flags);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "twin-run: error: %s\n",

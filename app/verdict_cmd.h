@@ -1,6 +1,6 @@
-// `twin-run verdict`: for each optimizer, the diagnostic triplet (gauge,
+// `twin-run verdict`: for each optimizer the diagnostic triplet (gauge,
 // identity, noise 1e-7) plus a 1e-5 noise twin, and one verdict line each
-// (equivariant / basis-dependent / invalid; twins/verdict.h has the rules).
+// (report/verdict.h has the rules).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,18 +8,16 @@
 #include <string>
 #include <vector>
 
-#include "twins/plan.h"
+#include "app/flags.h"
 
 namespace app {
 
 struct VerdictFlags {
-  twins::PlanRequest plan;        // task, steps, lr, dtype, device, shape
+  sweep::PlanRequest plan;        // task, steps, lr, dtype, device, shape
   std::vector<std::string> opts;  // --opt, comma-separated
   std::vector<double> adam_ps;    // --p: exponents of a bare adam-p
   uint64_t init_seed = 42;        // one base model per verdict
-  std::string out;  // results file; empty = a new file under runs/
-  bool quiet = false;
-  int threads = 2;  // 2+: the copies of a pair train concurrently
+  EngineFlags engine;
 };
 
 void setup_verdict(CLI::App& app, VerdictFlags& flags);

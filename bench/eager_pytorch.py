@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Eager-PyTorch reference of one attention-twin pair (PROTOCOL.md).
+"""Eager-PyTorch reference of one attention-twin pair (docs/protocol.md).
 
 The same pair `twin-run` trains, written the way a researcher would write it
 in plain PyTorch: nn.Module classes built in the protocol's order (so

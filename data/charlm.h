@@ -1,5 +1,5 @@
-// Character language model on a text corpus (PROTOCOL §4): vocabulary = the
-// sorted distinct characters (Unicode code points of UTF-8 text); the first
+// Character language model on a text corpus (docs/protocol.md §4): vocabulary =
+// the sorted distinct characters (Unicode code points of UTF-8 text); the first
 // 90% trains, the last 10% validates. One CPU generator seeded with the data
 // seed draws, in this order, the start offsets of every training batch of
 // every step (steps x batch, uniform in [0, len(train) - ctx - 1)) and then
@@ -51,8 +51,8 @@ class CharLM : public Task {
   torch::Tensor train_tokens_;  // (n_train) int64 on the device
   torch::Tensor offsets_;       // (steps, batch) on the device
   torch::Tensor offsets_cpu_;
-  torch::Tensor window_;        // arange(ctx + 1) on the device
-  Batch val_;                   // (64, ctx) inputs and next-char targets
+  torch::Tensor window_;  // arange(ctx + 1) on the device
+  Batch val_;             // (64, ctx) inputs and next-char targets
 };
 
 }  // namespace data

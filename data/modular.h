@@ -1,5 +1,5 @@
-// Modular addition (PROTOCOL §4): inputs (a, b, '=') with '=' the token p,
-// target (a + b) mod p. All p^2 pairs, permuted by a CPU generator seeded
+// Modular addition (docs/protocol.md §4): inputs (a, b, '=') with '=' the token
+// p, target (a + b) mod p. All p^2 pairs, permuted by a CPU generator seeded
 // with the data seed; the first floor(0.4 p^2) train, the rest validate.
 #pragma once
 

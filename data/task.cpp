@@ -14,11 +14,14 @@ constexpr int64_t kMaxModulus = 4096;
 
 // "mod<p>" -> p, or -1 when `name` is not of that form.
 int64_t parse_modulus(const std::string& name) {
-  if (name.size() < 4 || name.compare(0, 3, "mod") != 0) return -1;
-  if (name.size() > 12) return -1;  // keeps p^2 far from overflow
+  if (name.size() < 4 || name.compare(0, 3, "mod") != 0)
+    return -1;
+  if (name.size() > 12)
+    return -1;  // keeps p^2 far from overflow
   int64_t p = 0;
   for (size_t i = 3; i < name.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return -1;
+    if (!std::isdigit(static_cast<unsigned char>(name[i])))
+      return -1;
     p = p * 10 + (name[i] - '0');
   }
   return p <= kMaxModulus ? p : -1;
@@ -27,11 +30,18 @@ int64_t parse_modulus(const std::string& name) {
 }  // namespace
 
 std::string task_family(const std::string& name) {
-  if (name == "charlm") return "charlm";
+  if (name == "charlm")
+    return "charlm";
   TORCH_CHECK(parse_modulus(name) >= 2, "Unknown task: '", name,
               "' (expected charlm or mod<p> with 2 <= p <= ", kMaxModulus,
               ", e.g. mod47)");
   return "mod";
+}
+
+const TaskDefaults& task_defaults(const std::string& name) {
+  static const TaskDefaults kMod{2, 64, 4, 1500, 128, 32};
+  static const TaskDefaults kCharlm{6, 256, 8, 3000, 128, 32};
+  return task_family(name) == "mod" ? kMod : kCharlm;
 }
 
 std::unique_ptr<Task> make_task(const TaskOptions& options) {

@@ -41,10 +41,10 @@ struct TaskOptions {
   uint64_t data_seed = 42;     // the split / batch-stream generator's seed
   torch::Device device = torch::kCPU;
   // char-LM only
-  std::string corpus;   // path; empty = the shipped tinyshakespeare.txt
-  int64_t ctx = 128;    // context length
-  int64_t batch = 32;   // windows per training step
-  int64_t steps = 0;    // training steps the batch stream must cover
+  std::string corpus;  // path; empty = the shipped tinyshakespeare.txt
+  int64_t ctx = 128;   // context length
+  int64_t batch = 32;  // windows per training step
+  int64_t steps = 0;   // training steps the batch stream must cover
 };
 
 // Builds the task named options.name; throws naming the value if unknown.
@@ -53,5 +53,25 @@ std::unique_ptr<Task> make_task(const TaskOptions& options);
 // "mod" for mod<p>, "charlm" for charlm (the learning-rate column and the
 // model defaults); throws naming the value for anything else. Reads no file.
 std::string task_family(const std::string& name);
+
+// The defaults of a task (docs/protocol.md §4): model shape, training length
+// and, for the char-LM, the batch stream. Plans, tables, the benchmark and
+// --help read them here.
+struct TaskDefaults {
+  int64_t depth;    // transformer blocks
+  int64_t d_model;  // residual width
+  int64_t heads;    // attention heads
+  int64_t steps;    // training steps
+  int64_t ctx;      // char-LM context length
+  int64_t batch;    // char-LM windows per step
+};
+// Throws like task_family for an unknown task.
+const TaskDefaults& task_defaults(const std::string& name);
+
+// The MLP's hidden width when none is given: 4 x d_model (256 for the
+// mod-47 model, as the paper has it).
+inline int64_t default_mlp(int64_t d_model) {
+  return 4 * d_model;
+}
 
 }  // namespace data

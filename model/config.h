@@ -1,4 +1,4 @@
-// ModelConfig: the shape of the pre-norm transformer of PROTOCOL.md §3.
+// ModelConfig: the shape of the pre-norm transformer of docs/protocol.md §3.
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,7 @@
 namespace model {
 
 // x * sqrt(d) / ||x|| * gain over the last dimension d, no epsilon
-// (PROTOCOL §3). x (..., d), gain (d), float32 or float64, CPU.
+// (docs/protocol.md §3). x (..., d), gain (d), float32 or float64, CPU.
 // Differentiable in x and gain. Row sums run over eight lanes in a fixed
 // order, the gain's gradient adds rows in order in double, all on one
 // thread: the result does not depend on the thread count.

@@ -19,8 +19,8 @@ void ModelConfig::validate() const {
   TORCH_CHECK(d_model % heads == 0, "Invalid shape: d_model ", d_model,
               " is not divisible by heads ", heads);
   TORCH_CHECK(mlp >= 1, "Invalid mlp width: ", mlp, " (must be >= 1)");
-  TORCH_CHECK(vocab_in >= 1 && vocab_out >= 1, "Invalid vocabulary: ",
-              vocab_in, " in, ", vocab_out, " out");
+  TORCH_CHECK(vocab_in >= 1 && vocab_out >= 1, "Invalid vocabulary: ", vocab_in,
+              " in, ", vocab_out, " out");
   TORCH_CHECK(n_ctx >= 1, "Invalid context length: ", n_ctx);
 }
 
@@ -32,8 +32,9 @@ RMSNormImpl::RMSNormImpl(int64_t d) : sqrt_d_(std::sqrt(double(d))) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  // No epsilon (PROTOCOL §3): a zero residual vector never occurs here.
-  if (!x.is_cuda()) return fused_rms_norm(x, gain);
+  // No epsilon (docs/protocol.md §3): a zero residual vector never occurs here.
+  if (!x.is_cuda())
+    return fused_rms_norm(x, gain);
   // The per-row factor sqrt(d) / ||x|| first: one full-size product fewer.
   return x * (sqrt_d_ / x.norm(2, {-1}, /*keepdim=*/true)) * gain;
 }
@@ -48,15 +49,14 @@ AttentionImpl::AttentionImpl(int64_t d_model, int64_t heads, bool causal)
         name, torch::nn::Linear(
                   torch::nn::LinearOptions(d_model, d_model).bias(false)));
   };
-  // Build order W_Q, W_K, W_V, W_O (PROTOCOL §3).
+  // Build order W_Q, W_K, W_V, W_O (docs/protocol.md §3).
   wq = linear("wq");
   wk = linear("wk");
   wv = linear("wv");
   wo = linear("wo");
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x,
-                                     bool last_query) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, bool last_query) {
   const int64_t T = x.size(1);
   torch::Tensor xq = last_query ? x.narrow(1, T - 1, 1) : x;
   return attend({wq(xq), wk(x), wv(x)});
@@ -75,14 +75,15 @@ torch::Tensor AttentionImpl::attend(const Qkv& qkv) {
   torch::Tensor q = split(qkv.q), k = split(qkv.k), v = split(qkv.v);
   torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * scale;
   if (causal_ && Tq == T && T > 1) {  // a last query sees every position
-    auto mask = torch::ones({T, T}, torch::TensorOptions()
-                                        .dtype(torch::kBool)
-                                        .device(att.device()))
-                    .triu(1);
+    auto mask =
+        torch::ones(
+            {T, T},
+            torch::TensorOptions().dtype(torch::kBool).device(att.device()))
+            .triu(1);
     att = att.masked_fill(mask, -std::numeric_limits<double>::infinity());
   }
   att = torch::softmax(att, -1);
-  torch::Tensor y = torch::matmul(att, v);  // (B, nh, Tq, hd)
+  torch::Tensor y = torch::matmul(att, v);    // (B, nh, Tq, hd)
   y = y.transpose(1, 2).reshape({B, Tq, d});  // (B, Tq, d)
   return wo(y);
 }
@@ -90,8 +91,7 @@ torch::Tensor AttentionImpl::attend(const Qkv& qkv) {
 // ---------------------------------------------------------------------------
 // Block
 
-BlockImpl::BlockImpl(int64_t d_model, int64_t heads, int64_t mlp,
-                     bool causal) {
+BlockImpl::BlockImpl(int64_t d_model, int64_t heads, int64_t mlp, bool causal) {
   // Build order norm1, attention (W_Q, W_K, W_V, W_O), norm2, W1, W2.
   norm1 = register_module("norm1", RMSNorm(d_model));
   attn = register_module("attn", Attention(d_model, heads, causal));
@@ -143,9 +143,8 @@ TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg) {
   pos_emb =
       register_parameter("pos_emb", torch::randn({1, cfg.n_ctx, d}) * 0.02);
   for (int64_t l = 0; l < cfg.depth; ++l) {
-    blocks.push_back(register_module(
-        "block" + std::to_string(l),
-        Block(d, cfg.heads, cfg.mlp, cfg.causal)));
+    blocks.push_back(register_module("block" + std::to_string(l),
+                                     Block(d, cfg.heads, cfg.mlp, cfg.causal)));
   }
   norm_f = register_module("norm_f", RMSNorm(d));
   head = register_module(
@@ -154,8 +153,7 @@ TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg) {
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
-  TORCH_CHECK(tokens.dim() == 2, "tokens must be (B, T), got ",
-              tokens.sizes());
+  TORCH_CHECK(tokens.dim() == 2, "tokens must be (B, T), got ", tokens.sizes());
   const int64_t B = tokens.size(0), T = tokens.size(1);
   TORCH_CHECK(T <= cfg_.n_ctx, "sequence length ", T, " exceeds n_ctx ",
               cfg_.n_ctx);
@@ -179,7 +177,8 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
     x = blocks[l]->forward(x, last);
   }
   x = norm_f(x);
-  if (cfg_.last_only) x = x.squeeze(1);  // (B, d)
+  if (cfg_.last_only)
+    x = x.squeeze(1);  // (B, d)
   return head(x);
 }
 
@@ -198,9 +197,9 @@ torch::Tensor TransformerImpl::forward_with_table(const torch::Tensor& tokens) {
   Block& b0 = blocks.front();
   auto& a = b0->attn;
   // [embedding + positional | Q | K | V] per table row, gathered at once.
-  const torch::Tensor projected = F::linear(
-      b0->norm1(table),
-      torch::cat({a->wq->weight, a->wk->weight, a->wv->weight}));
+  const torch::Tensor projected =
+      F::linear(b0->norm1(table),
+                torch::cat({a->wq->weight, a->wk->weight, a->wv->weight}));
   const auto g = gather(torch::cat({table, projected}, 1), rows).split(d, -1);
   torch::Tensor x = b0->forward(
       g[0], {last ? g[1].narrow(1, T - 1, 1) : g[1], g[2], g[3]}, last);
@@ -208,7 +207,8 @@ torch::Tensor TransformerImpl::forward_with_table(const torch::Tensor& tokens) {
     x = blocks[l]->forward(x, cfg_.last_only && l + 1 == blocks.size());
   }
   x = norm_f(x);
-  if (cfg_.last_only) x = x.squeeze(1);  // (B, d)
+  if (cfg_.last_only)
+    x = x.squeeze(1);  // (B, d)
   return head(x);
 }
 
@@ -229,9 +229,9 @@ torch::Tensor TransformerImpl::key_block(int64_t layer, int64_t head) const {
 std::vector<torch::Tensor> TransformerImpl::matrix_parameters() const {
   std::vector<torch::Tensor> out;
   for (const auto& b : blocks) {
-    for (const auto& w : {b->attn->wq->weight, b->attn->wk->weight,
-                          b->attn->wv->weight, b->attn->wo->weight,
-                          b->w1->weight, b->w2->weight}) {
+    for (const auto& w :
+         {b->attn->wq->weight, b->attn->wk->weight, b->attn->wv->weight,
+          b->attn->wo->weight, b->w1->weight, b->w2->weight}) {
       out.push_back(w);
     }
   }
@@ -265,9 +265,10 @@ void copy_parameters(const Transformer& from, Transformer& to) {
   torch::NoGradGuard no_grad;
   auto src = from->parameters();
   auto dst = to->parameters();
-  TORCH_CHECK(src.size() == dst.size(), "copy_parameters: ", src.size(),
-              " vs ", dst.size(), " parameters");
-  for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  TORCH_CHECK(src.size() == dst.size(), "copy_parameters: ", src.size(), " vs ",
+              dst.size(), " parameters");
+  for (size_t i = 0; i < src.size(); ++i)
+    dst[i].copy_(src[i]);
 }
 
 }  // namespace model

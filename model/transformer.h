@@ -1,4 +1,4 @@
-// The transformer of PROTOCOL.md §3: pre-norm, RMSNorm without epsilon,
+// The transformer of docs/protocol.md §3: pre-norm, RMSNorm without epsilon,
 // multi-head attention whose heads are row blocks of W_Q / W_K / W_V,
 // SiLU MLP, no biases and no qk-norm (either would break the exact gauge).
 //
@@ -58,8 +58,7 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, bool last_only = false);
   // With the attention's projections of norm1(x) given (`qkv.q` holds the
   // last position only when last_only).
-  torch::Tensor forward(const torch::Tensor& x, const Qkv& qkv,
-                        bool last_only);
+  torch::Tensor forward(const torch::Tensor& x, const Qkv& qkv, bool last_only);
 
   RMSNorm norm1{nullptr};
   Attention attn{nullptr};
@@ -110,8 +109,8 @@ TORCH_MODULE(Transformer);
 // gather's backward (an index_add) is not deterministic.
 bool uses_token_table(const ModelConfig& cfg, int64_t sequences, bool cuda);
 
-// Builds the model of PROTOCOL.md §3: seeded on CPU in float32, then cast to
-// `dtype` and moved to `device`.
+// Builds the model of docs/protocol.md §3: seeded on CPU in float32, then cast
+// to `dtype` and moved to `device`.
 Transformer build(const ModelConfig& cfg, uint64_t init_seed,
                   torch::Dtype dtype, const torch::Device& device);
 

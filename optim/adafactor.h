@@ -1,6 +1,7 @@
 // Adafactor (Shazeer & Stern, 2018) reduced to its factored second moment,
-// as issue 6 fixes it. For a parameter of 2 or more dimensions, EMAs of the
-// row and column means of g^2 over the last two dimensions,
+// as the optimizer zoo fixes it (docs/protocol.md §5). For a parameter of 2 or
+// more dimensions, EMAs of the row and column means of g^2 over the last two
+// dimensions,
 //   R = beta2 R + (1 - beta2) mean_cols(g^2),  C = beta2 C + (1 - beta2)
 //   mean_rows(g^2),
 // are recombined into V = R C^T / mean(R) (exact when g^2 has rank one);
@@ -30,6 +31,12 @@ struct AdafactorOptions
   TORCH_ARG(double, lr) = 1e-3;
   TORCH_ARG(double, beta2) = 0.999;  // decay of the g^2 statistics
   TORCH_ARG(double, eps) = 1e-8;     // added to sqrt(V)
+
+ public:
+  // Every hyperparameter but the step size, for the result record.
+  Hparams hparams() const {
+    return {{"beta1", 0}, {"beta2", beta2()}, {"eps", eps()}};
+  }
 
  public:
   double get_lr() const override { return lr(); }

@@ -1,6 +1,6 @@
 // Adam-p, the preconditioner-anisotropy dial (paper §7, Algorithm 1;
-// PROTOCOL §5). Adam's moments m, v per coordinate, bias-corrected as Adam;
-// only the denominator moves with p in [0, 1]:
+// docs/protocol.md §5). Adam's moments m, v per coordinate, bias-corrected as
+// Adam; only the denominator moves with p in [0, 1]:
 //   p = 1:  sqrt(v_hat) + eps                                  (stock Adam)
 //   p < 1:  (sqrt(v_hat) + eps)^p * (s + eps)^(1 - p) + eps,
 // s = sqrt(mean of v_hat over every entry of every parameter), the pooled
@@ -26,6 +26,15 @@ struct AdamPOptions
   TORCH_ARG(double, p) = 0.5;  // dial: 1 = Adam, 0 = scalar-Adam
   TORCH_ARG(betas_t, betas) = std::make_tuple(0.9, 0.999);
   TORCH_ARG(double, eps) = 1e-8;
+
+ public:
+  // Every hyperparameter but the step size, for the result record.
+  Hparams hparams() const {
+    return {{"p", p()},
+            {"beta1", std::get<0>(betas())},
+            {"beta2", std::get<1>(betas())},
+            {"eps", eps()}};
+  }
 
  public:
   double get_lr() const override { return lr(); }

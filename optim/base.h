@@ -8,11 +8,17 @@
 #include <torch/version.h>
 
 #include <memory>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 namespace optim {
+
+// An optimizer's hyperparameters as (name, value) pairs, in a fixed order:
+// what a result record carries so that a resumed run can tell whether the
+// rule it would run is the one that wrote the file. Flags are 0 / 1.
+using Hparams = std::vector<std::pair<std::string, double>>;
 
 class StatefulOptimizer : public torch::optim::Optimizer {
  protected:
@@ -54,7 +60,8 @@ class StatefulOptimizer : public torch::optim::Optimizer {
       auto& o = static_cast<Options&>(group.options());
       check(o);
       for (auto& p : group.params()) {
-        if (p.grad().defined()) update(p, o);
+        if (p.grad().defined())
+          update(p, o);
       }
     }
     return loss;
@@ -69,8 +76,7 @@ void check_adam_options(double lr, const std::tuple<double, double>& betas,
 // written op for op as its adam.cpp so that it is bitwise the same; `step`
 // counts from 1. Used where an optimizer needs Adam on some parameters.
 void adam_update_(const torch::Tensor& p, const torch::Tensor& grad,
-                  const torch::Tensor& exp_avg,
-                  const torch::Tensor& exp_avg_sq,
+                  const torch::Tensor& exp_avg, const torch::Tensor& exp_avg_sq,
                   int64_t step, double lr, double beta1, double beta2,
                   double eps);
 

@@ -1,9 +1,9 @@
 // The quintic Newton-Schulz iteration of Muon (Jordan et al., 2024;
-// KellerJordan/Muon zeropower_via_newtonschulz5), as PROTOCOL §5 fixes it:
-// X = G / (||G||_F + 1e-7); work on X^T when rows > cols; 5 times
-// A = X X^T, B = b A + c A A, X = a X + B X; transpose back.
-// Unlike the reference it runs in the input's dtype (not bfloat16) and does
-// not scale by sqrt(max(1, rows/cols)): the protocol's Muon has neither.
+// KellerJordan/Muon zeropower_via_newtonschulz5), as docs/protocol.md §5 fixes
+// it: X = G / (||G||_F + 1e-7); work on X^T when rows > cols; 5 times A = X
+// X^T, B = b A + c A A, X = a X + B X; transpose back. Unlike the reference it
+// runs in the input's dtype (not bfloat16) and does not scale by sqrt(max(1,
+// rows/cols)): the protocol's Muon has neither.
 #pragma once
 
 #include <torch/torch.h>
@@ -14,6 +14,8 @@ namespace optim {
 constexpr double kNewtonSchulzA = 3.4445;
 constexpr double kNewtonSchulzB = -4.7750;
 constexpr double kNewtonSchulzC = 2.0315;
+// Added to ||G||_F before the first division (a zero gradient stays zero).
+constexpr double kNewtonSchulzEps = 1e-7;
 
 // G: a 2-D tensor. Returns approximately U V^T of G's SVD (singular values
 // pushed into roughly [0.7, 1.2]); equivariant: NS(G Q) = NS(G) Q and

@@ -28,101 +28,88 @@ struct Registry {
 
 constexpr char kAdamPPrefix[] = "adam-p";
 
-// Default learning rates of the Adam-p dial: one rate for every p, Adam's,
-// so that adam-p1 with its default is `adam` and the dial moves only the
-// denominator (the paper's fixed-step arm, §7).
-constexpr double kAdamPLrMod = 1e-3;
-constexpr double kAdamPLrCharlm = 1e-3;
-
 OptimizerInfo adam_p_info(const std::string& name, double p,
                           std::string summary) {
-  return {name, std::move(summary),
-          p == 0 ? Equivariance::kEquivariant : Equivariance::kBasisDependent,
-          kAdamPLrMod, kAdamPLrCharlm,
-          [p](const ParamSplit& s, double lr) {
-            return std::make_unique<AdamP>(s.all(), AdamPOptions(lr).p(p));
-          }};
+  return make_entry(
+      name, std::move(summary),
+      p == 0 ? Equivariance::kEquivariant : Equivariance::kBasisDependent,
+      AdamPOptions().p(p), [](const ParamSplit& s, const AdamPOptions& o) {
+        return std::make_unique<AdamP>(s.all(), o);
+      });
 }
 
+// The built-in rules, in the order --list-optimizers prints them; their
+// update rules are docs/protocol.md §5.
 void add_builtins(Registry& r) {
-  // Learning rates: PROTOCOL §5 (the paper's Appendix C).
+  r.entries.push_back(make_entry(
+      "adam",
+      "Adam, per-coordinate second moment (LibTorch's torch::optim::Adam, "
+      "whose arithmetic is the protocol's bias-corrected Adam)",
+      Equivariance::kBasisDependent, torch::optim::AdamOptions(),
+      [](const ParamSplit& p, const torch::optim::AdamOptions& o) {
+        return std::make_unique<torch::optim::Adam>(p.all(), o);
+      }));
+  r.entries.push_back(make_entry(
+      "sgd",
+      "heavy-ball momentum 0.9, undamped: b = 0.9 b + g; p -= lr b "
+      "(LibTorch's torch::optim::SGD with dampening 0 computes exactly this)",
+      Equivariance::kEquivariant,
+      torch::optim::SGDOptions(0).momentum(0.9).dampening(0),
+      [](const ParamSplit& p, const torch::optim::SGDOptions& o) {
+        return std::make_unique<torch::optim::SGD>(p.all(), o);
+      }));
   r.entries.push_back(
-      {"adam",
-       "Adam, per-coordinate second moment (LibTorch's torch::optim::Adam, "
-       "whose arithmetic is PROTOCOL §5's bias-corrected Adam)",
-       Equivariance::kBasisDependent, 1e-3, 1e-3,
-       [](const ParamSplit& p, double lr) {
-         return std::make_unique<torch::optim::Adam>(
-             p.all(), torch::optim::AdamOptions(lr));
-       }});
-  r.entries.push_back(
-      {"sgd",
-       "heavy-ball momentum 0.9, undamped: b = 0.9 b + g; p -= lr b "
-       "(LibTorch's torch::optim::SGD with dampening 0 computes exactly this)",
-       Equivariance::kEquivariant, 0.5, 0.1,
-       [](const ParamSplit& p, double lr) {
-         return std::make_unique<torch::optim::SGD>(
-             p.all(),
-             torch::optim::SGDOptions(lr).momentum(0.9).dampening(0));
-       }});
-  r.entries.push_back(
-      {"scalar-adam",
-       "Adam's moments with one denominator shared by all parameters",
-       Equivariance::kEquivariant, 3e-3, 3e-3,
-       [](const ParamSplit& p, double lr) {
-         return std::make_unique<ScalarAdam>(p.all(), ScalarAdamOptions(lr));
-       }});
-  r.entries.push_back(
-      {"muon",
-       "hybrid Muon: NS5 of undamped momentum on hidden matrices, Adam 1e-3 "
-       "on the rest",
-       Equivariance::kEquivariant, 0.02, 0.02,
-       [](const ParamSplit& p, double lr) {
-         return std::make_unique<Muon>(p.matrices, p.others, MuonOptions(lr));
-       }});
-  // Issue 6's zoo. Learning rates on mod<p>: each trains the mod47 model
-  // (training loss down >= 10x in 1500 steps, README "Optimizers"); the
-  // charlm ones are not tuned (see README).
-  r.entries.push_back(
-      {"rmsprop",
-       "classical RMSprop: v = 0.99 v + 0.01 g^2, p -= lr g / (sqrt(v) + "
-       "eps), no momentum",
-       Equivariance::kBasisDependent, 1e-4, 1e-4,
-       [](const ParamSplit& p, double lr) {
-         return std::make_unique<RMSprop>(p.all(), RMSpropOptions(lr));
-       }});
-  r.entries.push_back(
-      {"signum",
-       "sign of an EMA momentum: m = 0.9 m + 0.1 g, p -= lr sign(m)",
-       Equivariance::kBasisDependent, 1e-4, 1e-4,
-       [](const ParamSplit& p, double lr) {
-         return std::make_unique<Signum>(p.all(), SignumOptions(lr));
-       }});
-  r.entries.push_back(
-      {"lion",
-       "p -= lr sign(0.9 m + 0.1 g), then m = 0.99 m + 0.01 g",
-       Equivariance::kBasisDependent, 1e-4, 1e-4,
-       [](const ParamSplit& p, double lr) {
-         return std::make_unique<Lion>(p.all(), LionOptions(lr));
-       }});
-  r.entries.push_back(
-      {"adafactor",
-       "factored second moment: row/column EMAs (0.999) of g^2, V = R C^T / "
-       "mean(R); p -= lr g / (sqrt(V_hat) + eps); 1-D unfactored",
-       Equivariance::kBasisDependent, 1e-3, 1e-3,
-       [](const ParamSplit& p, double lr) {
-         return std::make_unique<Adafactor>(p.all(), AdafactorOptions(lr));
-       }});
-  r.entries.push_back(
-      {"shampoo",
-       "hybrid Shampoo: hidden matrices p -= lr (L+I)^-1/4 G (R+I)^-1/4, "
-       "L = sum G G^T, R = sum G^T G, roots every 20 steps; Adam 1e-3 on "
-       "the rest",
-       Equivariance::kEquivariant, 0.5, 0.1,
-       [](const ParamSplit& p, double lr) {
-         return std::make_unique<Shampoo>(p.matrices, p.others,
-                                          ShampooOptions(lr));
-       }});
+      make_entry("scalar-adam",
+                 "Adam's moments with one denominator shared by all parameters",
+                 Equivariance::kEquivariant, ScalarAdamOptions(),
+                 [](const ParamSplit& p, const ScalarAdamOptions& o) {
+                   return std::make_unique<ScalarAdam>(p.all(), o);
+                 }));
+  r.entries.push_back(make_entry(
+      "muon",
+      "hybrid Muon: NS5 of undamped momentum on hidden matrices, Adam 1e-3 "
+      "on the rest",
+      Equivariance::kEquivariant, MuonOptions(),
+      [](const ParamSplit& p, const MuonOptions& o) {
+        return std::make_unique<Muon>(p.matrices, p.others, o);
+      }));
+  r.entries.push_back(make_entry(
+      "rmsprop",
+      "classical RMSprop: v = 0.99 v + 0.01 g^2, p -= lr g / (sqrt(v) + "
+      "eps), no momentum",
+      Equivariance::kBasisDependent, RMSpropOptions(),
+      [](const ParamSplit& p, const RMSpropOptions& o) {
+        return std::make_unique<RMSprop>(p.all(), o);
+      }));
+  r.entries.push_back(make_entry(
+      "signum", "sign of an EMA momentum: m = 0.9 m + 0.1 g, p -= lr sign(m)",
+      Equivariance::kBasisDependent, SignumOptions(),
+      [](const ParamSplit& p, const SignumOptions& o) {
+        return std::make_unique<Signum>(p.all(), o);
+      }));
+  r.entries.push_back(make_entry(
+      "lion", "p -= lr sign(0.9 m + 0.1 g), then m = 0.99 m + 0.01 g",
+      Equivariance::kBasisDependent, LionOptions(),
+      [](const ParamSplit& p, const LionOptions& o) {
+        return std::make_unique<Lion>(p.all(), o);
+      }));
+  r.entries.push_back(make_entry(
+      "adafactor",
+      "factored second moment: row/column EMAs (0.999) of g^2, V = R C^T / "
+      "mean(R); p -= lr g / (sqrt(V_hat) + eps); 1-D unfactored",
+      Equivariance::kBasisDependent, AdafactorOptions(),
+      [](const ParamSplit& p, const AdafactorOptions& o) {
+        return std::make_unique<Adafactor>(p.all(), o);
+      }));
+  r.entries.push_back(make_entry(
+      "shampoo",
+      "hybrid Shampoo: hidden matrices p -= lr (L+I)^-1/4 G (R+I)^-1/4, "
+      "L = sum G G^T, R = sum G^T G, roots every 20 steps; Adam 1e-3 on "
+      "the rest",
+      Equivariance::kEquivariant, ShampooOptions(),
+      [](const ParamSplit& p, const ShampooOptions& o) {
+        return std::make_unique<Shampoo>(p.matrices, p.others, o);
+      }));
   r.entries.push_back(adam_p_info(
       kAdamPPrefix, kDefaultAdamP,
       fmt::format("Adam-p dial: denominator (sqrt(v_hat)+eps)^p "
@@ -144,14 +131,16 @@ bool is_registered(const std::string& name) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   for (const auto& e : r.entries) {
-    if (e.name == name) return true;
+    if (e.name == name)
+      return true;
   }
   return false;
 }
 
 std::string known_names(const Registry& r) {
   std::string s;
-  for (const auto& e : r.entries) s += (s.empty() ? "" : ", ") + e.name;
+  for (const auto& e : r.entries)
+    s += (s.empty() ? "" : ", ") + e.name;
   return s;
 }
 
@@ -163,6 +152,21 @@ std::vector<torch::Tensor> ParamSplit::all() const {
   return out;
 }
 
+Hparams hparams_of(const torch::optim::AdamOptions& o) {
+  return {{"beta1", std::get<0>(o.betas())},
+          {"beta2", std::get<1>(o.betas())},
+          {"eps", o.eps()},
+          {"weight_decay", o.weight_decay()},
+          {"amsgrad", o.amsgrad() ? 1.0 : 0.0}};
+}
+
+Hparams hparams_of(const torch::optim::SGDOptions& o) {
+  return {{"momentum", o.momentum()},
+          {"dampening", o.dampening()},
+          {"nesterov", o.nesterov() ? 1.0 : 0.0},
+          {"weight_decay", o.weight_decay()}};
+}
+
 const char* to_string(Equivariance e) {
   return e == Equivariance::kEquivariant ? "equivariant" : "basis-dependent";
 }
@@ -171,9 +175,6 @@ bool register_optimizer(OptimizerInfo info) {
   TORCH_CHECK(!info.name.empty(), "register_optimizer: empty name");
   TORCH_CHECK(info.make, "register_optimizer: '", info.name,
               "' has no factory");
-  TORCH_CHECK(info.lr_mod > 0 && info.lr_charlm > 0,
-              "register_optimizer: '", info.name,
-              "' needs positive default learning rates");
   bool in_family = false;
   try {
     in_family = info.name != kAdamPPrefix && adam_p_exponent(info.name);
@@ -192,7 +193,8 @@ bool register_optimizer(OptimizerInfo info) {
 }
 
 bool has_optimizer(const std::string& name) {
-  if (is_registered(name)) return true;
+  if (is_registered(name))
+    return true;
   try {
     return adam_p_exponent(name).has_value();
   } catch (const c10::Error&) {
@@ -205,15 +207,17 @@ const OptimizerInfo& find_optimizer(const std::string& name) {
   {
     std::lock_guard<std::mutex> lock(r.mutex);
     for (const auto& e : r.entries) {
-      if (e.name == name) return e;
+      if (e.name == name)
+        return e;
     }
   }
   const std::optional<double> p = adam_p_exponent(name);  // may throw
   std::lock_guard<std::mutex> lock(r.mutex);
-  TORCH_CHECK(p.has_value(), "Unknown optimizer: '", name, "' (known: ",
-              known_names(r), ")");
+  TORCH_CHECK(p.has_value(), "Unknown optimizer: '", name,
+              "' (known: ", known_names(r), ")");
   for (const auto& e : r.adam_ps) {
-    if (e.name == name) return e;
+    if (e.name == name)
+      return e;
   }
   r.adam_ps.push_back(
       adam_p_info(name, *p, fmt::format("Adam-p dial at p = {}", *p)));
@@ -227,13 +231,15 @@ std::string adam_p_name(double p) {
 
 std::optional<double> adam_p_exponent(const std::string& name) {
   const std::string prefix = kAdamPPrefix;
-  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
-  if (name == prefix) return kDefaultAdamP;
+  if (name.compare(0, prefix.size(), prefix) != 0)
+    return std::nullopt;
+  if (name == prefix)
+    return kDefaultAdamP;
   // A plain decimal number: digits, '.', and an exponent (adam-p1e-3); no
   // sign, space, nan, inf or hex.
   const std::string digits = name.substr(prefix.size());
-  bool ok = std::isdigit(static_cast<unsigned char>(digits[0])) ||
-            digits[0] == '.';
+  bool ok =
+      std::isdigit(static_cast<unsigned char>(digits[0])) || digits[0] == '.';
   for (char c : digits) {
     ok = ok && (std::isdigit(static_cast<unsigned char>(c)) || c == '.' ||
                 c == 'e' || c == 'E' || c == '-' || c == '+');
@@ -247,8 +253,8 @@ std::optional<double> adam_p_exponent(const std::string& name) {
       used = 0;
     }
   }
-  TORCH_CHECK(ok && used == digits.size(), "Malformed optimizer name: '",
-              name, "' (the Adam-p dial is adam-p<p> with p in [0, 1], e.g. "
+  TORCH_CHECK(ok && used == digits.size(), "Malformed optimizer name: '", name,
+              "' (the Adam-p dial is adam-p<p> with p in [0, 1], e.g. "
               "adam-p0.5)");
   TORCH_CHECK(p >= 0 && p <= 1, "Invalid Adam-p exponent: ", digits, " in '",
               name, "' (must be in [0, 1])");
@@ -257,14 +263,17 @@ std::optional<double> adam_p_exponent(const std::string& name) {
 
 std::vector<std::string> resolve_optimizer_names(
     const std::vector<std::string>& names, const std::vector<double>& ps) {
-  for (double p : ps) check_adam_p_exponent(p);
+  for (double p : ps)
+    check_adam_p_exponent(p);
   std::vector<std::string> out;
   bool bare = false;
   for (const auto& name : names) {
     if (name == kAdamPPrefix) {
       bare = true;
-      if (ps.empty()) out.push_back(adam_p_name(kDefaultAdamP));
-      for (double p : ps) out.push_back(adam_p_name(p));
+      if (ps.empty())
+        out.push_back(adam_p_name(kDefaultAdamP));
+      for (double p : ps)
+        out.push_back(adam_p_name(p));
     } else if (is_registered(name)) {
       out.push_back(name);
     } else {
@@ -272,7 +281,8 @@ std::vector<std::string> resolve_optimizer_names(
       out.push_back(adam_p_name(*adam_p_exponent(name)));
     }
   }
-  TORCH_CHECK(ps.empty() || bare, "--p applies to a bare 'adam-p' in the "
+  TORCH_CHECK(ps.empty() || bare,
+              "--p applies to a bare 'adam-p' in the "
               "optimizer list, and there is none (give --opt adam-p, or name "
               "the exponent as adam-p0.5)");
   return out;
@@ -282,15 +292,9 @@ std::vector<std::string> optimizer_names() {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   std::vector<std::string> out;
-  for (const auto& e : r.entries) out.push_back(e.name);
+  for (const auto& e : r.entries)
+    out.push_back(e.name);
   return out;
-}
-
-double default_lr(const std::string& name, const std::string& family) {
-  const auto& info = find_optimizer(name);
-  TORCH_CHECK(family == "mod" || family == "charlm",
-              "Unknown task family: '", family, "'");
-  return family == "mod" ? info.lr_mod : info.lr_charlm;
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(

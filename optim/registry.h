@@ -1,7 +1,10 @@
-// The optimizer registry: name -> factory, default learning rates and the
-// class the theory predicts (paper §4-5). The app, the tables and the tests
-// create every optimizer through it, so a user's optimizer added with one
-// register_optimizer() call is available everywhere by name.
+// The optimizer registry: name -> factory, hyperparameters and the class the
+// theory predicts (docs/protocol.md §5). The app, the tables and the tests
+// create every optimizer through it. The built-in rules are listed in
+// optim/registry.cpp (add_builtins); a user's rule is one entry there, or one
+// register_optimizer() call made before the first use (docs/extending.md).
+// Learning rates depend on the task and live with the tasks' other defaults
+// (twins/defaults.h), not here.
 #pragma once
 
 #include <torch/torch.h>
@@ -12,12 +15,28 @@
 #include <string>
 #include <vector>
 
+#include "optim/base.h"
+
 namespace optim {
+
+// The hyperparameters of an options struct: its hparams(), or for
+// LibTorch's own option types the fields its Adam / SGD read.
+template <class Options>
+Hparams hparams_of(const Options& o) {
+  return o.hparams();
+}
+Hparams hparams_of(const torch::optim::AdamOptions& o);
+Hparams hparams_of(const torch::optim::SGDOptions& o);
 
 // The parameters of one model, split the way hybrid rules need them.
 struct ParamSplit {
   std::vector<torch::Tensor> matrices;  // hidden 2-D weights (Muon's set)
   std::vector<torch::Tensor> others;    // embedding, positional, gains, head
+  // The W_Q and W_K weights of every layer (each also in `matrices`): their
+  // rows come in `heads` blocks of d_model / heads rows, one per head, and
+  // the gauge acts on each block from the left.
+  std::vector<torch::Tensor> qk;
+  int64_t heads = 1;  // attention heads per layer
   std::vector<torch::Tensor> all() const;
 };
 
@@ -29,15 +48,32 @@ using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(
     const ParamSplit& params, double lr)>;
 
 struct OptimizerInfo {
-  std::string name;         // what --opt takes
-  std::string summary;      // one line for --list-optimizers
-  Equivariance predicted;   // the class the theory predicts
-  double lr_mod = 0;        // default learning rate on mod<p>
-  double lr_charlm = 0;     // default learning rate on charlm
-  Factory make;             // builds the optimizer at a given lr
+  std::string name;        // what --opt takes
+  std::string summary;     // one line for --list-optimizers
+  Equivariance predicted;  // the class the theory predicts
+  Hparams hparams;         // every hyperparameter `make` uses but lr
+  Factory make;            // builds the optimizer at a given lr
+  // The learning rate on every task when the learning-rate table
+  // (twins/defaults.cpp) has no row for this name; 0: none (pass --lr).
+  double lr = 0;
 };
 
+// An entry whose factory and recorded hyperparameters come from the same
+// options: `defaults` (any lr) with lr replaced, handed to `build`.
+template <class Options, class Build>
+OptimizerInfo make_entry(std::string name, std::string summary,
+                         Equivariance predicted, const Options& defaults,
+                         Build build) {
+  return {std::move(name), std::move(summary), predicted, hparams_of(defaults),
+          [defaults, build](const ParamSplit& p, double lr) {
+            Options o = defaults;
+            o.lr(lr);
+            return build(p, o);
+          }};
+}
+
 // Adds an optimizer; throws if the name is taken or the entry incomplete.
+// Call it before the first run (e.g. first thing in main, or in a test).
 // Returns true so that it can initialise a namespace-scope bool.
 bool register_optimizer(OptimizerInfo info);
 
@@ -45,9 +81,6 @@ bool register_optimizer(OptimizerInfo info);
 const OptimizerInfo& find_optimizer(const std::string& name);
 bool has_optimizer(const std::string& name);
 std::vector<std::string> optimizer_names();  // registration order
-
-// Default learning rate of `name` for a task family ("mod" or "charlm").
-double default_lr(const std::string& name, const std::string& family);
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const std::string& name, const ParamSplit& params, double lr);

@@ -1,6 +1,6 @@
-// Classical RMSprop (Tieleman & Hinton, 2012), as issue 6 fixes it: one
-// second-moment EMA per coordinate, no momentum, no centring, no bias
-// correction,
+// Classical RMSprop (Tieleman & Hinton, 2012), as the optimizer zoo fixes it
+// (docs/protocol.md §5): one second-moment EMA per coordinate, no momentum, no
+// centring, no bias correction,
 //   v = alpha v + (1 - alpha) g^2,   p -= lr g / (sqrt(v) + eps),
 // alpha 0.99, eps 1e-8. The per-coordinate denominator reads the basis, so
 // the rule is basis-dependent for the attention-head gauge (paper §4).
@@ -18,6 +18,12 @@ struct RMSpropOptions
   TORCH_ARG(double, lr) = 1e-4;
   TORCH_ARG(double, alpha) = 0.99;  // second-moment decay
   TORCH_ARG(double, eps) = 1e-8;    // added to sqrt(v)
+
+ public:
+  // Every hyperparameter but the step size, for the result record.
+  Hparams hparams() const {
+    return {{"alpha", alpha()}, {"eps", eps()}, {"momentum", 0}};
+  }
 
  public:
   double get_lr() const override { return lr(); }

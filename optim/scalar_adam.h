@@ -1,4 +1,4 @@
-// scalar-Adam (PROTOCOL §5): Adam's moments m, v per parameter, but ONE
+// scalar-Adam (docs/protocol.md §5): Adam's moments m, v per parameter, but ONE
 // denominator shared by every parameter of the model,
 //   s = sqrt(mean of v_hat over every entry of every parameter) + eps,
 //   p -= (lr / s) * m_hat.
@@ -20,6 +20,14 @@ struct ScalarAdamOptions
   TORCH_ARG(double, lr) = 3e-3;
   TORCH_ARG(betas_t, betas) = std::make_tuple(0.9, 0.999);
   TORCH_ARG(double, eps) = 1e-8;
+
+ public:
+  // Every hyperparameter but the step size, for the result record.
+  Hparams hparams() const {
+    return {{"beta1", std::get<0>(betas())},
+            {"beta2", std::get<1>(betas())},
+            {"eps", eps()}};
+  }
 
  public:
   double get_lr() const override { return lr(); }

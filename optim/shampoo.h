@@ -1,6 +1,6 @@
 // Hybrid Shampoo (Gupta, Koren & Singer, 2018, Algorithm 1 for a matrix
-// parameter, without momentum or grafting), as issue 6 fixes it. For a
-// hidden matrix G (m x n):
+// parameter, without momentum or grafting), as the optimizer zoo fixes it
+// (docs/protocol.md §5). For a hidden matrix G (m x n):
 //   L += G G^T,   R += G^T G,
 //   p -= lr (L + lambda I)^(-1/4) G (R + lambda I)^(-1/4),
 // damping lambda = 1, L and R accumulated from zero, the inverse fourth
@@ -39,6 +39,17 @@ struct ShampooOptions
   TORCH_ARG(double, adam_lr) = 1e-3;    // Adam on non-matrix parameters
   TORCH_ARG(betas_t, adam_betas) = std::make_tuple(0.9, 0.999);
   TORCH_ARG(double, adam_eps) = 1e-8;
+
+ public:
+  // Every hyperparameter but the step size, for the result record.
+  Hparams hparams() const {
+    return {{"damping", damping()},
+            {"root_every", double(root_every())},
+            {"adam_lr", adam_lr()},
+            {"adam_beta1", std::get<0>(adam_betas())},
+            {"adam_beta2", std::get<1>(adam_betas())},
+            {"adam_eps", adam_eps()}};
+  }
 
  public:
   double get_lr() const override { return use_shampoo() ? lr() : adam_lr(); }

@@ -1,5 +1,5 @@
-// Signum (Bernstein et al., 2018: signSGD with momentum), as issue 6 fixes
-// it: an EMA momentum and the sign of it, no second moment,
+// Signum (Bernstein et al., 2018: signSGD with momentum), as the optimizer zoo
+// fixes it: an EMA momentum and the sign of it, no second moment,
 //   m = beta m + (1 - beta) g,   p -= lr sign(m),
 // beta 0.9, sign(0) = 0 (torch::sign). Elementwise sign reads the basis:
 // basis-dependent for the attention-head gauge (paper §4).
@@ -16,6 +16,10 @@ struct SignumOptions
   SignumOptions(double lr = 1e-4) : lr_(lr) {}
   TORCH_ARG(double, lr) = 1e-4;
   TORCH_ARG(double, momentum) = 0.9;  // EMA decay of m
+
+ public:
+  // Every hyperparameter but the step size, for the result record.
+  Hparams hparams() const { return {{"momentum", momentum()}}; }
 
  public:
   double get_lr() const override { return lr(); }

@@ -1,5 +1,6 @@
-// The char-LM task (PROTOCOL §4) and its twins: one seeded batch stream for
-// both copies, corpus errors, and the protocol's drift bounds on a tiny model.
+// The char-LM task (docs/protocol.md §4) and its twins: one seeded batch stream
+// for both copies, corpus errors, and the protocol's drift bounds on a tiny
+// model.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,6 +8,7 @@
 
 #include "data/charlm.h"
 #include "optim/registry.h"
+#include "twins/defaults.h"
 #include "twins/pair.h"
 
 namespace fs = std::filesystem;
@@ -21,7 +23,7 @@ twins::PairSpec tiny_lm(const std::string& opt, twins::TwinKind kind,
   s.opt = opt;
   s.twin = kind;
   s.steps = steps;
-  s.lr = optim::default_lr(opt, "charlm");
+  s.lr = twins::default_lr(opt, "charlm");
   s.dtype = torch::kDouble;
   s.depth = 2;
   s.d_model = 32;
@@ -43,7 +45,8 @@ TEST(Corpus, ShippedTinyShakespeareHas65Characters) {
 
 TEST(CharLM, BatchStreamIsAPureFunctionOfSeedAndStep) {
   auto c = data::Corpus::load(data::default_corpus_path());
-  data::CharLM a(c, 16, 4, 10, 42, torch::kCPU), b(c, 16, 4, 10, 42, torch::kCPU);
+  data::CharLM a(c, 16, 4, 10, 42, torch::kCPU),
+      b(c, 16, 4, 10, 42, torch::kCPU);
   data::CharLM other(c, 16, 4, 10, 7, torch::kCPU);
   // Same seed: the same batches, in whatever order they are asked for.
   auto a5 = a.train_batch(5);
@@ -77,15 +80,16 @@ TEST(CharLMTwins, IdentityTwinIsExactlyZero) {
   // Exact zero under a minibatch stream also proves both copies were fed
   // the same batches.
   auto r = twins::run_pair(tiny_lm("adam", twins::TwinKind::kIdentity, 5));
-  ASSERT_EQ(r.status, "ok");
-  for (const auto& c : r.curve) EXPECT_EQ(c.logit_drift, 0.0) << c.step;
+  ASSERT_EQ(r.status, twins::PairStatus::kOk);
+  for (const auto& c : r.curve)
+    EXPECT_EQ(c.logit_drift, 0.0) << c.step;
   EXPECT_EQ(r.val_loss[0], r.val_loss[1]);
 }
 
 TEST(CharLMTwins, EquivariantGaugeTwinsStayBelow1e12After3Steps) {
   for (const char* opt : {"sgd", "scalar-adam", "muon"}) {
     auto r = twins::run_pair(tiny_lm(opt, twins::TwinKind::kGauge, 3));
-    ASSERT_EQ(r.status, "ok") << opt;
+    ASSERT_EQ(r.status, twins::PairStatus::kOk) << opt;
     EXPECT_LE(r.curve.back().logit_drift, 1e-12) << opt;
   }
 }
@@ -102,7 +106,7 @@ TEST(ModFloat64, EquivariantGaugeTwinsAtStep1Below1e13) {
     s.opt = opt;
     s.steps = 1;
     s.dtype = torch::kDouble;
-    s.lr = optim::default_lr(opt, "mod");
+    s.lr = twins::default_lr(opt, "mod47");
     auto r = twins::run_pair(s);
     EXPECT_LE(r.curve.back().logit_drift, 1e-13) << opt;
   }

@@ -1,16 +1,25 @@
 // End to end through the twin-run binary: bad input gives one line on
 // stderr, a non-zero exit and no results file; a small run writes records.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "binary_helpers.h"
+#include "twins/record.h"
+#include "twins_paths.h"  // generated: TWINS_SOURCE_DIR
 
 namespace fs = std::filesystem;
 
@@ -27,7 +36,9 @@ struct BadInput {
   std::string must_mention;
 };
 
-void PrintTo(const BadInput& b, std::ostream* os) { *os << b.args; }
+void PrintTo(const BadInput& b, std::ostream* os) {
+  *os << b.args;
+}
 
 class CliRejects : public ::testing::TestWithParam<BadInput> {};
 
@@ -48,23 +59,37 @@ INSTANTIATE_TEST_SUITE_P(
     BadValues, CliRejects,
     ::testing::Values(
         BadInput{"--task mod1", "mod1"}, BadInput{"--task foo", "foo"},
-        BadInput{"--opt adamx", "adamx"}, BadInput{"--opt adam,,sgd", "adam,,sgd"},
+        BadInput{"--opt adamx", "adamx"},
+        BadInput{"--opt adam,,sgd", "adam,,sgd"},
         BadInput{"--twin spin", "spin"},
         BadInput{"--opt adam --d-model 30 --heads 4", "30"},
-        BadInput{"--heads 0", "0"}, BadInput{"--init-seed 4x2", "4x2"},
+        BadInput{"--heads 0",
+                 "--heads: 0 is not a whole number from 1 to 4096"},
+        BadInput{"--init-seed 4x2", "4x2"},
         BadInput{"--noise-scale abc", "abc"},
-        BadInput{"--noise-scale -1e-7", "-1e-07"},
-        BadInput{"--lr -1", "-1"}, BadInput{"--dtype float16", "float16"},
-        BadInput{"--device tpu", "tpu"}, BadInput{"--device cuda", "cuda"},
-        BadInput{"--threads 0", "0"}, BadInput{"--bogus-flag", "bogus"},
-        BadInput{"--init-seed=-3", "-3"}, BadInput{"--twin-seed 7,", "7,"},
-        BadInput{"--depth 0", "0"}, BadInput{"--mlp -4", "-4"},
+        BadInput{"--noise-scale -1e-7", "-1e-07"}, BadInput{"--lr -1", "-1"},
+        BadInput{"--dtype float16", "float16"}, BadInput{"--device tpu", "tpu"},
+        BadInput{"--device cuda", "cuda"},
+        BadInput{"--threads 0",
+                 "--threads: 0 is not a whole number from 1 to 1024"},
+        BadInput{"--jobs 0", "--jobs: 0 is not a whole number from 1 to 1024"},
+        BadInput{"--bogus-flag", "bogus"}, BadInput{"--init-seed=-3", "-3"},
+        BadInput{"--twin-seed 7,", "7,"},
+        BadInput{"--depth 0",
+                 "--depth: 0 is not a whole number from 1 to 1000"},
+        BadInput{"--mlp -4", "--mlp: -4 is not a whole number from 1 to"},
+        BadInput{"--mlp 0", "--mlp: 0 is not a whole number from 1 to"},
+        BadInput{"--d-model 1e3", "--d-model: 1e3 is not a whole number"},
         BadInput{"--task charlm --data /nonexistent/corpus.txt",
                  "/nonexistent/corpus.txt"},
-        BadInput{"--task charlm --ctx 0", "0"},
+        BadInput{"--task charlm --ctx 0",
+                 "--ctx: 0 is not a whole number from 1 to 1048576"},
+        // Estimated far beyond this machine's memory: refused before the
+        // kernel's out-of-memory killer would end it.
+        BadInput{"--task charlm --ctx 100000", "Not enough memory"},
         BadInput{"--task charlm --ctx 200000 --depth 1 --d-model 8 "
                  "--heads 2",
-                 "200000"}),
+                 "ctx 200000"}),
     [](const ::testing::TestParamInfo<BadInput>& info) {
       // A readable test name from the flags: "--d-model 30" -> d_model_30.
       std::string name;
@@ -78,17 +103,42 @@ INSTANTIATE_TEST_SUITE_P(
       return name + "_" + std::to_string(info.index);
     });
 
-TEST(Cli, RejectsNonPositiveSteps) {
-  for (const char* steps : {"0", "-5"}) {
+// Steps outside 1..1e9, including a number too large for 64 bits (which a
+// plain conversion would clamp to 9223372036854775807 and run).
+TEST(Cli, RejectsStepsOutsideTheirRangeNamingIt) {
+  for (const char* steps :
+       {"0", "-5", "99999999999999999999", "1000000001", "12.5", "ten"}) {
     const fs::path dir = fresh_dir("steps");
     Outcome o =
         twin_run(std::string("--steps ") + steps + " --out r.jsonl", dir);
     EXPECT_NE(o.code, 0);
     EXPECT_EQ(count_lines(o.err), 1) << o.err;
-    EXPECT_NE(o.err.find(steps), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find(std::string("--steps: ") + steps +
+                         " is not a whole number from 1 to 1000000000"),
+              std::string::npos)
+        << o.err;
     EXPECT_FALSE(fs::exists(dir / "r.jsonl"));
     fs::remove_all(dir);
   }
+}
+
+// The memory check comes first, and a user who knows better can turn it
+// off: the run then goes on to its next check (here the corpus, missing).
+TEST(Cli, MemoryCheckComesFirstAndCanBeOverridden) {
+  const fs::path dir = fresh_dir("nomem");
+  const std::string args =
+      "--task charlm --ctx 100000 --data missing.txt --out r.jsonl";
+  Outcome refused = twin_run(args, dir);
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.err.find("Not enough memory"), std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("GB"), std::string::npos) << refused.err;
+  Outcome o = twin_run(args + " --no-memory-check", dir);
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.err.find("missing.txt"), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find("Not enough memory"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(dir / "r.jsonl"));
+  fs::remove_all(dir);
 }
 
 TEST(Cli, SmallRunWritesOneRecordPerPairAndPrintsTheTable) {
@@ -107,12 +157,16 @@ TEST(Cli, SmallRunWritesOneRecordPerPairAndPrintsTheTable) {
     EXPECT_EQ(j["task"], "mod11");
     EXPECT_EQ(j["steps"], 3);
     EXPECT_EQ(j["model"]["heads"], 2);
-    if (j["twin"] == "identity") EXPECT_EQ(j["curve"][1]["logit_drift"], 0.0);
+    if (j["twin"] == "identity")
+      EXPECT_EQ(j["curve"][1]["logit_drift"], 0.0);
     ++n;
   }
   EXPECT_EQ(n, 4);
-  EXPECT_NE(o.out.find("identity"), std::string::npos);
-  EXPECT_NE(o.out.find("step 100"), std::string::npos);
+  EXPECT_NE(o.out.find("A=I"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("step 100"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("4 pair(s): 4 run now (2 group(s), 6 models trained)"),
+            std::string::npos)
+      << o.out;
   fs::remove_all(dir);
 }
 
@@ -137,9 +191,135 @@ TEST(Cli, HelpShowsDefaultsAndProtocolTerms) {
   Outcome o = twin_run("--help", dir);
   EXPECT_EQ(o.code, 0);
   for (const char* s : {"--task", "mod47", "--twin-seed", "777", "888",
-                        "--noise-scale", "1e-7", "--dtype", "--device",
-                        "W_Q", "--list-optimizers"}) {
+                        "--noise-scale", "1e-7", "--dtype", "--device", "W_Q",
+                        "--list-optimizers", "Missing directories are created",
+                        "[default: 1500 for mod<p>, 3000 for charlm]"}) {
     EXPECT_NE(o.out.find(s), std::string::npos) << s;
+  }
+  fs::remove_all(dir);
+}
+
+// The default run goes through the same engine as a table: killed after
+// some pairs, the same command resumes and ends with every pair once, each
+// record what an uninterrupted run writes.
+TEST(Cli, AKilledDefaultRunResumes) {
+  const fs::path dir = fresh_dir("resume-run");
+  const std::string args =
+      "--task mod11 --d-model 16 --heads 4 --mlp 64 --steps 200 --threads 1 "
+      "--quiet --out r.jsonl";
+  ASSERT_EQ(twin_run(args + " --no-share", dir).code, 0);  // reference
+  fs::rename(dir / "r.jsonl", dir / "whole.jsonl");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string cmd = "cd '" + dir.string() + "' && exec '" +
+                            TWIN_RUN_PATH + "' " + args +
+                            " --no-share >/dev/null 2>&1";
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (count_lines(slurp(dir / "r.jsonl")) < 2 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "finished before the kill";
+  const int before = count_lines(slurp(dir / "r.jsonl"));
+  EXPECT_GE(before, 2);
+  EXPECT_LT(before, 7);
+  const Outcome o = twin_run(args, dir);  // resumes, sharing copy 1 now
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find(std::to_string(before) + " already recorded"),
+            std::string::npos)
+      << o.out;
+  std::map<std::string, std::string> whole, resumed;
+  for (auto* m : {&whole, &resumed}) {
+    std::ifstream f(dir / (m == &whole ? "whole.jsonl" : "r.jsonl"));
+    for (std::string line; std::getline(f, line);) {
+      auto j = nlohmann::json::parse(line);
+      const std::string key = j["key"];
+      EXPECT_EQ(m->count(key), 0u) << "twice: " << key;
+      (*m)[key] = twins::without_timing(j).dump();
+    }
+  }
+  EXPECT_EQ(resumed, whole);
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------
+// docs/usage.md: its flag tables are generated from --help and checked
+// against it here, so that they cannot drift.
+
+// The flag table of one command's --help: "| `--flag TYPE [default]` | what
+// it does |" per option, in --help's order (CLI11 puts an option's
+// description after two or more spaces, continuation lines indented).
+std::string flag_table(const std::string& help) {
+  std::string table = "| flag | what |\n|---|---|\n";
+  std::vector<std::pair<std::string, std::string>> rows;
+  bool options = false;
+  std::istringstream in(help);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] != ' ') {
+      options = line.rfind("Options:", 0) == 0;
+      continue;
+    }
+    if (!options || line.find_first_not_of(' ') == std::string::npos) {
+      continue;
+    }
+    const size_t indent = line.find_first_not_of(' ');
+    if (indent == 2 && line[2] == '-') {
+      const size_t gap = line.find("  ", 2);
+      rows.emplace_back(line.substr(2, gap - 2),
+                        gap == std::string::npos
+                            ? std::string()
+                            : line.substr(line.find_first_not_of(' ', gap)));
+    } else if (!rows.empty()) {
+      auto& what = rows.back().second;
+      what += (what.empty() ? "" : " ") + line.substr(indent);
+    }
+  }
+  for (auto [flag, what] : rows) {
+    std::string escaped;
+    for (char c : what)
+      escaped += c == '|' ? std::string("\\|") : std::string(1, c);
+    table += "| `" + flag + "` | " + escaped + " |\n";
+  }
+  return table;
+}
+
+TEST(Usage, FlagTablesOfDocsUsageAreEveryCommandsHelp) {
+  const fs::path usage = fs::path(TWINS_SOURCE_DIR) / "docs" / "usage.md";
+  std::string doc = slurp(usage);
+  ASSERT_FALSE(doc.empty()) << usage;
+  const bool update = std::getenv("TWINS_UPDATE_USAGE") != nullptr;
+  const fs::path dir = fresh_dir("usage");
+  for (const std::string command :
+       {"run", "table", "verdict", "plot", "bench"}) {
+    const Outcome o =
+        twin_run((command == "run" ? "" : command + " ") + "--help", dir);
+    ASSERT_EQ(o.code, 0) << command;
+    const std::string want = flag_table(o.out);
+    ASSERT_GT(count_lines(want), 3) << command << ": no options parsed";
+    const std::string open = "<!-- flags: " + command + " -->\n";
+    const std::string close = "<!-- /flags -->";
+    const size_t a = doc.find(open);
+    ASSERT_NE(a, std::string::npos) << "docs/usage.md lacks " << open;
+    const size_t b = doc.find(close, a);
+    ASSERT_NE(b, std::string::npos) << "docs/usage.md: unclosed " << open;
+    const std::string have = doc.substr(a + open.size(), b - a - open.size());
+    if (update) {
+      doc.replace(a + open.size(), b - a - open.size(), want);
+    } else {
+      EXPECT_EQ(have, want)
+          << "docs/usage.md's flags of '" << command
+          << "' differ from --help; regenerate with TWINS_UPDATE_USAGE=1 "
+             "./build/tests/test_cli --gtest_filter=Usage.*";
+    }
+  }
+  if (update) {
+    std::ofstream(usage, std::ios::binary | std::ios::trunc) << doc;
   }
   fs::remove_all(dir);
 }

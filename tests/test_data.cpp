@@ -1,4 +1,4 @@
-// data/: the modular-addition split of PROTOCOL §4.
+// data/: the modular-addition split of docs/protocol.md §4.
 #include <gtest/gtest.h>
 
 #include <set>

@@ -1,6 +1,6 @@
 // Cross-check against the eager-PyTorch reference (bench/eager_pytorch.py):
-// the same seeds give bit-identical initial weights (PROTOCOL §3), so the
-// first drifts of the C++ program and of plain PyTorch must agree to at
+// the same seeds give bit-identical initial weights (docs/protocol.md §3), so
+// the first drifts of the C++ program and of plain PyTorch must agree to at
 // least 3 significant digits. Skipped when python3-torch is not installed.
 #include <gtest/gtest.h>
 
@@ -8,9 +8,10 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench.h"
 #include "data/charlm.h"
 #include "optim/registry.h"
-#include "twins/bench.h"
+#include "twins/defaults.h"
 #include "twins/pair.h"
 
 namespace {
@@ -25,20 +26,22 @@ bool python_has_torch() {
 
 // Runs the reference with `args` and returns its JSON.
 nlohmann::json eager(const std::string& args) {
-  const std::string cmd = std::string(kPython) + " '" +
-                          twins::eager_script_path() + "' " + args;
+  const std::string cmd =
+      std::string(kPython) + " '" + bench::eager_script_path() + "' " + args;
   std::FILE* pipe = ::popen(cmd.c_str(), "r");
   EXPECT_NE(pipe, nullptr);
   std::string out;
   char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe))
+    out.append(buf, n);
   EXPECT_EQ(::pclose(pipe), 0) << cmd << "\n" << out;
   return nlohmann::json::parse(out);
 }
 
 double drift_at(const nlohmann::json& curve, int64_t step) {
   for (const auto& c : curve) {
-    if (c["step"] == step) return c["logit_drift"].get<double>();
+    if (c["step"] == step)
+      return c["logit_drift"].get<double>();
   }
   ADD_FAILURE() << "no checkpoint " << step;
   return std::nan("");
@@ -51,7 +54,7 @@ class EagerCrossCheck : public ::testing::Test {
       GTEST_SKIP() << kPython << " has no torch (Debian's python3-torch): "
                    << "cross-check against eager PyTorch skipped";
     }
-    ASSERT_FALSE(twins::eager_script_path().empty());
+    ASSERT_FALSE(bench::eager_script_path().empty());
   }
 
   // Compares step 1 of `spec` with the reference run on `args`, and step 0
@@ -61,9 +64,10 @@ class EagerCrossCheck : public ::testing::Test {
     auto ours = twins::run_pair(spec);
     auto ref = eager(args + " --steps " + std::to_string(spec.steps));
     std::vector<int64_t> steps{1};
-    if (spec.twin == twins::TwinKind::kNoise) steps.push_back(0);
+    if (spec.twin == twins::TwinKind::kNoise)
+      steps.push_back(0);
     for (int64_t step : steps) {
-      const double a = ours.curve[step].logit_drift;
+      const double a = twins::drift_at(ours, step);
       const double b = drift_at(ref["curve"], step);
       EXPECT_NEAR(a, b, 5e-4 * std::abs(b))
           << args << " step " << step << ": C++ " << a << " vs PyTorch " << b;
@@ -79,7 +83,7 @@ twins::PairSpec mod47(const std::string& opt, twins::TwinKind kind,
   s.twin_seed = kind == twins::TwinKind::kNoise ? 888 : 777;
   s.steps = 2;
   s.dtype = dtype;
-  s.lr = optim::default_lr(opt, "mod");
+  s.lr = twins::default_lr(opt, "mod47");
   return s;
 }
 
@@ -111,9 +115,10 @@ TEST_F(EagerCrossCheck, AdamGaugeCharLMFloat64FirstStepsAgree) {
   s.mlp = 128;
   s.ctx = 16;
   s.batch = 4;
-  compare(s, "--task charlm --opt adam --twin gauge --dtype float64 "
-             "--depth 2 --d-model 32 --heads 4 --ctx 16 --batch 4 --data '" +
-                 data::default_corpus_path() + "'");
+  compare(s,
+          "--task charlm --opt adam --twin gauge --dtype float64 "
+          "--depth 2 --d-model 32 --heads 4 --ctx 16 --batch 4 --data '" +
+              data::default_corpus_path() + "'");
 }
 
 TEST_F(EagerCrossCheck, InitialWeightsAreBitwiseThoseOfPyTorch) {

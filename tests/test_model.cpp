@@ -47,7 +47,9 @@ TEST(Model, GaugeChangesTheWeightsItRotates) {
   twins::apply_twin(m2, twins::TwinKind::kGauge, 777, 0);
   for (int64_t l = 0; l < cfg.depth; ++l) {
     for (int64_t h = 0; h < cfg.heads; ++h) {
-      EXPECT_GT((m1->query_block(l, h) - m2->query_block(l, h)).abs().max()
+      EXPECT_GT((m1->query_block(l, h) - m2->query_block(l, h))
+                    .abs()
+                    .max()
                     .item<double>(),
                 1e-3);
       // ...but the head's product W_Q,h^T W_K,h is the same.
@@ -70,7 +72,8 @@ TEST(Model, SameSeedSameWeightsOtherSeedOtherWeights) {
   auto c = model::build(cfg, 6, torch::kFloat, torch::kCPU);
   auto pa = a->parameters(), pb = b->parameters(), pc = c->parameters();
   ASSERT_EQ(pa.size(), pb.size());
-  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i]));
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(torch::equal(pa[i], pb[i]));
   EXPECT_FALSE(torch::equal(a->tok_emb, c->tok_emb));
 }
 
@@ -89,7 +92,8 @@ TEST(Model, InitialisationFollowsProtocolDistributions) {
   EXPECT_GT(w1.abs().max().item<double>(), 0.99 / 16.0);
   const auto& w2 = m->blocks[0]->w2->weight;  // fan_in 1024
   EXPECT_LE(w2.abs().max().item<double>(), 1.0 / 32.0);
-  EXPECT_TRUE(torch::equal(m->norm_f->gain, torch::ones({256}, torch::kDouble)));
+  EXPECT_TRUE(
+      torch::equal(m->norm_f->gain, torch::ones({256}, torch::kDouble)));
   EXPECT_EQ(m->parameters().size(),
             m->matrix_parameters().size() + m->other_parameters().size());
   EXPECT_EQ(m->matrix_parameters().size(), 6u * cfg.depth);
@@ -111,7 +115,7 @@ TEST(Model, LastPositionShortcutEqualsFullForward) {
   EXPECT_LE((a - b).abs().max().item<double>(), 1e-12);
 }
 
-// PROTOCOL §3 written out with plain matrix products, no shortcut: the
+// docs/protocol.md §3 written out with plain matrix products, no shortcut: the
 // embedding looked up per position, every head's softmax(Q K^T / sqrt(hd))
 // V by matmul, every position through every block.
 torch::Tensor reference_forward(model::Transformer& m,
@@ -125,9 +129,9 @@ torch::Tensor reference_forward(model::Transformer& m,
   auto heads = [&](const torch::Tensor& t) {
     return t.view({B, T, nh, hd}).transpose(1, 2);
   };
-  torch::Tensor x = m->tok_emb.index_select(0, tokens.reshape({-1}))
-                        .view({B, T, d}) +
-                    m->pos_emb.narrow(1, 0, T);
+  torch::Tensor x =
+      m->tok_emb.index_select(0, tokens.reshape({-1})).view({B, T, d}) +
+      m->pos_emb.narrow(1, 0, T);
   for (auto& b : m->blocks) {
     const torch::Tensor n = norm(x, b->norm1->gain);
     const torch::Tensor q = heads(n.matmul(b->attn->wq->weight.t()));
@@ -135,9 +139,8 @@ torch::Tensor reference_forward(model::Transformer& m,
     const torch::Tensor v = heads(n.matmul(b->attn->wv->weight.t()));
     torch::Tensor s = q.matmul(k.transpose(-2, -1)) / std::sqrt(double(hd));
     if (cfg.causal) {
-      s = s.masked_fill(
-          torch::ones({T, T}, torch::kBool).triu(1),
-          -std::numeric_limits<double>::infinity());
+      s = s.masked_fill(torch::ones({T, T}, torch::kBool).triu(1),
+                        -std::numeric_limits<double>::infinity());
     }
     const torch::Tensor y =
         torch::softmax(s, -1).matmul(v).transpose(1, 2).reshape({B, T, d});
@@ -167,21 +170,22 @@ TEST(Model, ShortcutsComputeThePlainReferenceFunctionAndGradients) {
       cfg.last_only = last_only;
       cfg.causal = !last_only;
       for (int64_t B : {4, 9}) {  // 9 > 5 tokens: the token table
-        SCOPED_TRACE(::testing::Message() << "last_only " << last_only
-                                          << " T " << T << " B " << B);
+        SCOPED_TRACE(::testing::Message()
+                     << "last_only " << last_only << " T " << T << " B " << B);
         EXPECT_EQ(model::uses_token_table(cfg, B, false), B > 5);
         auto m = model::build(cfg, 11, torch::kDouble, torch::kCPU);
         torch::manual_seed(5);
         const torch::Tensor tokens = torch::randint(0, 5, {B, T});
-        const torch::Tensor w = torch::randn(
-            last_only ? std::vector<int64_t>{B, 7}
-                      : std::vector<int64_t>{B, T, 7},
-            torch::kDouble);
+        const torch::Tensor w =
+            torch::randn(last_only ? std::vector<int64_t>{B, 7}
+                                   : std::vector<int64_t>{B, T, 7},
+                         torch::kDouble);
         auto grads = [&](const torch::Tensor& out) {
           m->zero_grad();
           (out * w).sum().backward();
           std::vector<torch::Tensor> g;
-          for (const auto& p : m->parameters()) g.push_back(p.grad().clone());
+          for (const auto& p : m->parameters())
+            g.push_back(p.grad().clone());
           return g;
         };
         const torch::Tensor ours = m->forward(tokens);
@@ -210,8 +214,8 @@ torch::Tensor plain_attention(const torch::Tensor& q, const torch::Tensor& k,
   auto split = [&](const torch::Tensor& t) {
     return t.reshape({B, t.size(1), heads, hd}).transpose(1, 2);
   };
-  torch::Tensor s = split(q).matmul(split(k).transpose(-2, -1)) /
-                    std::sqrt(double(hd));
+  torch::Tensor s =
+      split(q).matmul(split(k).transpose(-2, -1)) / std::sqrt(double(hd));
   if (causal) {
     const auto pos = torch::arange(T - Tq, T).unsqueeze(1);  // (Tq, 1)
     s = s.masked_fill(torch::arange(T).unsqueeze(0) > pos,
@@ -223,15 +227,18 @@ torch::Tensor plain_attention(const torch::Tensor& q, const torch::Tensor& k,
 
 TEST(SmallAttention, MatchesPlainAttentionAndItsGradients) {
   torch::manual_seed(3);
-  struct Case { int64_t B, Tq, T, heads, hd; bool causal; };
+  struct Case {
+    int64_t B, Tq, T, heads, hd;
+    bool causal;
+  };
   // Head widths with and without a tail past the kernel's 8 lanes; causal
   // with fewer queries than keys; T up to the kernel's limit.
   for (const Case c : {Case{5, 3, 3, 4, 16, false}, Case{5, 1, 3, 4, 16, false},
                        Case{4, 4, 4, 2, 12, true}, Case{3, 2, 5, 3, 5, true},
                        Case{2, 8, 8, 1, 24, true}}) {
-    SCOPED_TRACE(::testing::Message() << "B " << c.B << " Tq " << c.Tq
-                                      << " T " << c.T << " hd " << c.hd
-                                      << " causal " << c.causal);
+    SCOPED_TRACE(::testing::Message()
+                 << "B " << c.B << " Tq " << c.Tq << " T " << c.T << " hd "
+                 << c.hd << " causal " << c.causal);
     const int64_t d = c.heads * c.hd;
     // Q, K, V as column blocks of one wider tensor, as the model passes them.
     auto wide = torch::randn({c.B, c.T, 3 * d}, torch::kDouble);
@@ -245,7 +252,8 @@ TEST(SmallAttention, MatchesPlainAttentionAndItsGradients) {
       (out * w).sum().backward();
       std::vector<torch::Tensor> g{q.grad().clone(), k.grad().clone(),
                                    v.grad().clone()};
-      for (auto* t : {&q, &k, &v}) t->mutable_grad().reset();
+      for (auto* t : {&q, &k, &v})
+        t->mutable_grad().reset();
       return g;
     };
     const auto ours = model::small_attention(q, k, v, c.heads, c.causal);
@@ -254,10 +262,13 @@ TEST(SmallAttention, MatchesPlainAttentionAndItsGradients) {
     const auto g_ours = grads(ours), g_ref = grads(ref);
     for (int i = 0; i < 3; ++i) {
       EXPECT_LE((g_ours[i] - g_ref[i]).abs().max().item<double>(), 1e-13)
-          << "gradient " << "qkv"[i];
+          << "gradient "
+          << "qkv"[i];
     }
     // float32 to float32 accuracy.
-    const auto f = [](const torch::Tensor& t) { return t.detach().to(torch::kFloat); };
+    const auto f = [](const torch::Tensor& t) {
+      return t.detach().to(torch::kFloat);
+    };
     const auto ours32 =
         model::small_attention(f(q), f(k), f(v), c.heads, c.causal);
     EXPECT_LE((ours32.to(torch::kDouble) - ref).abs().max().item<double>(),
@@ -277,12 +288,14 @@ TEST(SmallAttention, ThreadCountDoesNotChangeABit) {
     (y * w).sum().backward();
     std::vector<torch::Tensor> out{y.detach(), q.grad().clone(),
                                    k.grad().clone(), v.grad().clone()};
-    for (auto t : {q, k, v}) t.mutable_grad().reset();
+    for (auto t : {q, k, v})
+      t.mutable_grad().reset();
     return out;
   };
   const auto one = run(1), two = run(2);
   torch::set_num_threads(1);
-  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(one[i].equal(two[i])) << i;
+  for (size_t i = 0; i < one.size(); ++i)
+    EXPECT_TRUE(one[i].equal(two[i])) << i;
 }
 
 TEST(SmallAttention, RejectsTooManyPositions) {

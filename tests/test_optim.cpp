@@ -1,4 +1,4 @@
-// optim/: the update rules of PROTOCOL §5 against their formulas.
+// optim/: the update rules of docs/protocol.md §5 against their formulas.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include "optim/newton_schulz.h"
 #include "optim/registry.h"
 #include "optim/scalar_adam.h"
+#include "twins/defaults.h"
 
 namespace {
 
@@ -64,8 +65,8 @@ TEST(ScalarAdam, TwoStepsOnTwoParametersMatchTheFormula) {
   double pa[2] = {1.0, -2.0}, pb = 0.5;
   double m[3] = {0, 0, 0}, v[3] = {0, 0, 0};
   for (int t = 1; t <= 2; ++t) {
-    a.mutable_grad() = torch::tensor({g1[t - 1][0], g1[t - 1][1]},
-                                     torch::kDouble);
+    a.mutable_grad() =
+        torch::tensor({g1[t - 1][0], g1[t - 1][1]}, torch::kDouble);
     b.mutable_grad() = torch::tensor({g1[t - 1][2]}, torch::kDouble);
     opt.step();
     double mean_vhat = 0;
@@ -143,8 +144,8 @@ TEST(Muon, MatricesTakeNewtonSchulzOfMomentumOthersTakeAdam) {
   e.mutable_grad() = ge2.clone();
   opt.step();
   auto b1 = gW1, b2 = 0.9 * gW1 + gW2;
-  auto W_expected = W0 - 0.02 * optim::newton_schulz5(b1) -
-                    0.02 * optim::newton_schulz5(b2);
+  auto W_expected =
+      W0 - 0.02 * optim::newton_schulz5(b1) - 0.02 * optim::newton_schulz5(b2);
   EXPECT_LE((W.detach() - W_expected).abs().max().item<double>(), 1e-14);
   // The non-matrix parameter follows Adam at 1e-3, bitwise.
   auto e_ref = e0.clone().requires_grad_();
@@ -163,8 +164,7 @@ void expect_throw_naming(F&& f, const std::string& value) {
     f();
     FAIL() << "no exception; expected one naming " << value;
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(value), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find(value), std::string::npos) << e.what();
   }
 }
 
@@ -183,30 +183,66 @@ TEST(OptimizerOptions, InvalidValuesThrowNamingTheValue) {
       [&] { optim::Muon({p}, {}, optim::MuonOptions(0.02).momentum(1.25)); },
       "1.25");
   expect_throw_naming(
-      [&] { optim::Muon({p}, {}, optim::MuonOptions(0.02).ns_steps(0)); },
-      "0");
+      [&] { optim::Muon({p}, {}, optim::MuonOptions(0.02).ns_steps(0)); }, "0");
   expect_throw_naming(
       [&] {
         auto v = torch::zeros({3}, torch::kDouble).requires_grad_();
         optim::Muon({v}, {}, optim::MuonOptions(0.02));
       },
       "[3]");
-  expect_throw_naming([&] { optim::make_optimizer("adamw", {{p}, {}}, 1e-3); },
-                      "'adamw'");
-  expect_throw_naming([&] { optim::make_optimizer("adam", {{p}, {}}, -2.5); },
-                      "-2.5");
+  expect_throw_naming(
+      [&] {
+        optim::make_optimizer("adamw", {{p}, {}}, 1e-3);
+      },
+      "'adamw'");
+  expect_throw_naming(
+      [&] {
+        optim::make_optimizer("adam", {{p}, {}}, -2.5);
+      },
+      "-2.5");
 }
 
-TEST(Registry, BuiltinsCarryProtocolLearningRates) {
-  EXPECT_EQ(optim::default_lr("adam", "mod"), 1e-3);
-  EXPECT_EQ(optim::default_lr("sgd", "mod"), 0.5);
-  EXPECT_EQ(optim::default_lr("sgd", "charlm"), 0.1);
-  EXPECT_EQ(optim::default_lr("scalar-adam", "mod"), 3e-3);
-  EXPECT_EQ(optim::default_lr("muon", "charlm"), 0.02);
+TEST(Registry, ProtocolLearningRatesAndPredictedClasses) {
+  EXPECT_EQ(twins::default_lr("adam", "mod47"), 1e-3);
+  EXPECT_EQ(twins::default_lr("sgd", "mod47"), 0.5);
+  EXPECT_EQ(twins::default_lr("sgd", "charlm"), 0.1);
+  EXPECT_EQ(twins::default_lr("scalar-adam", "mod47"), 3e-3);
+  EXPECT_EQ(twins::default_lr("muon", "charlm"), 0.02);
   EXPECT_EQ(optim::find_optimizer("adam").predicted,
             optim::Equivariance::kBasisDependent);
   EXPECT_EQ(optim::find_optimizer("muon").predicted,
             optim::Equivariance::kEquivariant);
+}
+
+// A record carries every hyperparameter the factory used: the registry's
+// list is the options the optimizer is built with.
+TEST(Registry, HyperparametersAreThoseTheOptimizerIsBuiltWith) {
+  auto has = [](const optim::Hparams& h, const std::string& name,
+                double value) {
+    for (const auto& [n, v] : h) {
+      if (n == name)
+        return v == value;
+    }
+    return false;
+  };
+  const auto& adam = optim::find_optimizer("adam").hparams;
+  EXPECT_TRUE(has(adam, "beta1", 0.9));
+  EXPECT_TRUE(has(adam, "beta2", 0.999));
+  EXPECT_TRUE(has(adam, "eps", 1e-8));
+  const auto& muon = optim::find_optimizer("muon").hparams;
+  EXPECT_TRUE(has(muon, "momentum", 0.9));
+  EXPECT_TRUE(has(muon, "ns_steps", 5));
+  EXPECT_TRUE(has(muon, "ns_a", optim::kNewtonSchulzA));
+  EXPECT_TRUE(has(muon, "adam_lr", 1e-3));
+  EXPECT_TRUE(has(optim::find_optimizer("adam-p0.25").hparams, "p", 0.25));
+  EXPECT_TRUE(has(optim::find_optimizer("sgd").hparams, "dampening", 0));
+  // The built optimizer reads the same values.
+  auto p = torch::zeros({2, 2}, torch::kDouble).requires_grad_();
+  auto opt = optim::make_optimizer("adam", {{p}, {}}, 1e-3);
+  const auto& o = static_cast<const torch::optim::AdamOptions&>(
+      opt->param_groups()[0].options());
+  EXPECT_EQ(std::get<1>(o.betas()), 0.999);
+  EXPECT_EQ(o.lr(), 1e-3);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // twins/: the protocol's properties on small pairs — exact identity twins,
 // equivariance in float64, Adam's first-step split (Proposition 4.4), the
-// checkpoint schedule, divergence handling and the JSON contract.
+// checkpoint schedule, divergence handling, the JSON contract, the
+// vocabulary, and groups of pairs sharing copy 1 giving every pair's record
+// bitwise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,10 +10,10 @@
 #include "helpers.h"
 #include "model/loss.h"
 #include "optim/registry.h"
+#include "twins/defaults.h"
 #include "twins/device.h"
 #include "twins/gauge.h"
 #include "twins/pair.h"
-#include "twins/plan.h"
 #include "twins/record.h"
 
 namespace {
@@ -21,34 +23,32 @@ using twins::TwinKind;
 
 TEST(Twins, IdentityTwinIsExactlyZeroAfter20StepsForEveryOptimizer) {
   for (const auto& opt : optim::optimizer_names()) {
-    auto r = twins::run_pair(tiny_spec(opt, TwinKind::kIdentity, 20,
-                                       torch::kFloat));
-    ASSERT_EQ(r.status, "ok") << opt;
+    auto r =
+        twins::run_pair(tiny_spec(opt, TwinKind::kIdentity, 20, torch::kFloat));
+    ASSERT_EQ(r.status, twins::PairStatus::kOk) << opt;
     ASSERT_EQ(r.curve.back().step, 20) << opt;
     for (const auto& c : r.curve) {
       EXPECT_EQ(c.logit_drift, 0.0) << opt << " step " << c.step;
       EXPECT_EQ(c.qk_drift_max, 0.0) << opt << " step " << c.step;
     }
-    for (double v : r.qk_per_head) EXPECT_EQ(v, 0.0) << opt;
+    for (double v : r.qk_per_head)
+      EXPECT_EQ(v, 0.0) << opt;
     EXPECT_EQ(r.val_acc[0], r.val_acc[1]) << opt;
   }
 }
 
 // The mod47 model (2L d64 4 heads) in float64 for 5 steps.
 twins::PairSpec mod47_float64(const std::string& opt, int64_t steps) {
-  twins::PairSpec s;
-  s.opt = opt;
-  s.twin = TwinKind::kGauge;
+  twins::PairSpec s = twins::default_spec("mod47", opt);
   s.steps = steps;
   s.dtype = torch::kDouble;
-  s.lr = optim::default_lr(opt, "mod");
   return s;
 }
 
 TEST(Twins, EquivariantGaugeTwinsStayBelow1e12QkDriftInFloat64) {
   for (const char* opt : {"sgd", "scalar-adam", "muon"}) {
     auto r = twins::run_pair(mod47_float64(opt, 5));
-    ASSERT_EQ(r.status, "ok") << opt;
+    ASSERT_EQ(r.status, twins::PairStatus::kOk) << opt;
     for (const auto& c : r.curve) {
       EXPECT_LE(c.qk_drift_max, 1e-12) << opt << " step " << c.step;
       EXPECT_LE(c.logit_drift, 1e-12) << opt << " step " << c.step;
@@ -58,16 +58,18 @@ TEST(Twins, EquivariantGaugeTwinsStayBelow1e12QkDriftInFloat64) {
 
 TEST(Twins, AdamGaugeTwinSplitsAbove1e4QkDriftInFloat64) {
   auto r = twins::run_pair(mod47_float64("adam", 5));
-  ASSERT_EQ(r.status, "ok");
+  ASSERT_EQ(r.status, twins::PairStatus::kOk);
   EXPECT_GE(r.curve.back().qk_drift_mean, 1e-4);
   EXPECT_GE(r.curve[1].logit_drift, 1e-4);  // already at step 1
 }
 
 // D_eps(G) = G / (|G| + eps), entrywise.
-torch::Tensor D(const torch::Tensor& G) { return G / (G.abs() + 1e-8); }
+torch::Tensor D(const torch::Tensor& G) {
+  return G / (G.abs() + 1e-8);
+}
 
-// Proposition 4.4 (PROTOCOL §8): with U = W_Q,h^T, V = W_K,h^T and Q = A_h^T,
-// one Adam step from zero state changes the head's product by
+// Proposition 4.4 (docs/protocol.md §8): with U = W_Q,h^T, V = W_K,h^T and Q =
+// A_h^T, one Adam step from zero state changes the head's product by
 //   W~1 - W1 = -eta [E(G_U) V^T + U E(G_V)^T]
 //              + eta^2 [D(G_U Q) D(G_V Q)^T - D(G_U) D(G_V)^T],
 //   E(G) = D(G Q) Q^T - D(G).
@@ -109,10 +111,12 @@ TEST(Twins, AdamFirstStepProductChangeMatchesProposition44) {
       auto GU = gq[l].narrow(0, h * hd, hd).t();
       auto GV = gk[l].narrow(0, h * hd, hd).t();
       auto Q = A[l][h].t();
-      auto E = [&](const torch::Tensor& G) { return D(G.mm(Q)).mm(Q.t()) - D(G); };
-      auto predicted = -eta * (E(GU).mm(V.t()) + U.mm(E(GV).t())) +
-                       eta * eta * (D(GU.mm(Q)).mm(D(GV.mm(Q)).t()) -
-                                    D(GU).mm(D(GV).t()));
+      auto E = [&](const torch::Tensor& G) {
+        return D(G.mm(Q)).mm(Q.t()) - D(G);
+      };
+      auto predicted =
+          -eta * (E(GU).mm(V.t()) + U.mm(E(GV).t())) +
+          eta * eta * (D(GU.mm(Q)).mm(D(GV.mm(Q)).t()) - D(GU).mm(D(GV).t()));
       torch::NoGradGuard no_grad;
       auto W1 = m1->query_block(l, h).t().mm(m1->key_block(l, h));
       auto W1t = m2->query_block(l, h).t().mm(m2->key_block(l, h));
@@ -126,20 +130,23 @@ TEST(Twins, AdamFirstStepProductChangeMatchesProposition44) {
 }
 
 TEST(Twins, CheckpointsAreTheProtocolScheduleWithinSteps) {
-  EXPECT_EQ(twins::checkpoint_steps(1500),
-            (std::vector<int64_t>{0, 1, 10, 50, 100, 300, 600, 1000, 1500}));
-  EXPECT_EQ(twins::checkpoint_steps(20), (std::vector<int64_t>{0, 1, 10, 20}));
+  EXPECT_EQ(
+      twins::checkpoint_steps(1500),
+      (std::vector<int64_t>{0, 1, 2, 3, 5, 10, 50, 100, 300, 600, 1000, 1500}));
+  EXPECT_EQ(twins::checkpoint_steps(20),
+            (std::vector<int64_t>{0, 1, 2, 3, 5, 10, 20}));
   EXPECT_EQ(twins::checkpoint_steps(1), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(twins::checkpoint_steps(4), (std::vector<int64_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(twins::checkpoint_steps(3000).back(), 3000);
   EXPECT_EQ(twins::checkpoint_steps(2500).back(), 2500);
-  EXPECT_EQ(twins::checkpoint_steps(2500).size(), 11u);  // ..., 2000, 2500
+  EXPECT_EQ(twins::checkpoint_steps(2500).size(), 14u);  // ..., 2000, 2500
 }
 
 TEST(Twins, NonFiniteLossStopsThePairAsDiverged) {
   auto s = tiny_spec("sgd", TwinKind::kGauge, 200, torch::kFloat);
   s.lr = 1e6;
   auto r = twins::run_pair(s);
-  EXPECT_EQ(r.status, "diverged");
+  EXPECT_EQ(r.status, twins::PairStatus::kDiverged);
   ASSERT_GT(r.diverged_step, 0);
   EXPECT_LT(r.diverged_step, 200);
   EXPECT_LT(r.curve.back().step, r.diverged_step);
@@ -160,22 +167,41 @@ TEST(Twins, NoiseTwinDiffersByTheScale) {
 }
 
 TEST(Record, CarriesTheOutputContractFields) {
-  auto r = twins::run_pair(tiny_spec("adam", TwinKind::kNoise, 3,
-                                     torch::kFloat));
+  auto r =
+      twins::run_pair(tiny_spec("adam", TwinKind::kNoise, 3, torch::kFloat));
   auto j = twins::to_json(r);
-  for (const char* k :
-       {"task", "opt", "twin", "init_seed", "twin_seed", "noise_scale", "lr",
-        "steps", "dtype", "device", "model", "curve", "qk_drift_per_head",
-        "val_acc", "train_loss", "status", "wall_s", "torch_version", "key"}) {
+  for (const char* k : {"task",
+                        "opt",
+                        "twin",
+                        "init_seed",
+                        "twin_seed",
+                        "noise_scale",
+                        "lr",
+                        "steps",
+                        "dtype",
+                        "device",
+                        "model",
+                        "curve",
+                        "qk_drift_per_head",
+                        "val_acc",
+                        "train_loss",
+                        "status",
+                        "wall_s",
+                        "torch_version",
+                        "key",
+                        "schema",
+                        "hparams"}) {
     EXPECT_TRUE(j.contains(k)) << k;
   }
   EXPECT_EQ(j["twin"], "noise");
   EXPECT_EQ(j["noise_scale"], 1e-7);
   EXPECT_EQ(j["model"]["d_model"], 16);
   EXPECT_EQ(j["curve"][0]["step"], 0);
-  EXPECT_EQ(j["curve"].size(), 3u);  // steps 0, 1, 3
+  EXPECT_EQ(j["curve"].size(), 4u);  // steps 0, 1, 2, 3
+  EXPECT_EQ(j["schema"], twins::kRecordSchema);
   EXPECT_EQ(j["qk_drift_per_head"].size(), 8u);  // 2 layers x 4 heads
-  for (const char* k : {"step", "logit_drift", "qk_drift_mean", "qk_drift_max"}) {
+  for (const char* k :
+       {"step", "logit_drift", "qk_drift_mean", "qk_drift_max"}) {
     EXPECT_TRUE(j["curve"][1].contains(k)) << k;
   }
 }
@@ -184,43 +210,151 @@ TEST(Twins, ConcurrentCopiesGiveBitwiseTheSameRecordAsSequential) {
   for (const char* opt : {"adam", "muon"}) {
     auto spec = tiny_spec(opt, TwinKind::kGauge, 60, torch::kFloat);
     twins::set_threads(1);
-    auto seq = twins::to_json(twins::run_pair(spec, {}, false));
-    auto par = twins::to_json(twins::run_pair(spec, {}, true));
-    for (const char* timing : {"wall_s", "threads"}) {  // not results
-      seq.erase(timing);
-      par.erase(timing);
-    }
+    auto seq =
+        twins::without_timing(twins::to_json(twins::run_pair(spec, {}, 1)));
+    auto par =
+        twins::without_timing(twins::to_json(twins::run_pair(spec, {}, 2)));
     EXPECT_EQ(seq.dump(), par.dump()) << opt;
     EXPECT_GT(seq["curve"].back()["logit_drift"].get<double>(), 0.0);
   }
 }
 
-TEST(Plan, DefaultIsTheSevenTable3Pairs) {
-  twins::PlanRequest req;
-  auto specs = twins::expand(req);
-  ASSERT_EQ(specs.size(), 7u);
-  EXPECT_EQ(specs[0].opt, "adam");
-  EXPECT_EQ(specs[0].twin_seed, 777u);
-  EXPECT_EQ(specs[2].twin, TwinKind::kNoise);
-  EXPECT_EQ(specs[2].twin_seed, 888u);
-  EXPECT_EQ(specs[3].lr, 0.5);  // sgd's mod learning rate
-  EXPECT_EQ(specs[0].steps, 1500);
-  EXPECT_EQ(specs[0].dtype, torch::kFloat);
+// The twins of one optimizer (gauge, identity, two noise scales) trained
+// against one shared copy 1 give each pair's record bit for bit, the
+// reference's losses and accuracies included, at one or three threads.
+TEST(Groups, SharedReferenceGivesEveryPairsRecordBitwise) {
+  for (const char* opt : {"adam", "sgd"}) {
+    std::vector<twins::PairSpec> specs = {
+        tiny_spec(opt, TwinKind::kGauge, 60, torch::kFloat),
+        tiny_spec(opt, TwinKind::kIdentity, 60, torch::kFloat),
+        tiny_spec(opt, TwinKind::kNoise, 60, torch::kFloat),
+        tiny_spec(opt, TwinKind::kNoise, 60, torch::kFloat)};
+    specs[3].noise_scale = 1e-5;
+    std::vector<std::string> alone;
+    for (const auto& s : specs) {
+      alone.push_back(
+          twins::without_timing(twins::to_json(twins::run_pair(s))).dump());
+    }
+    for (int threads : {1, 3}) {
+      twins::GroupOptions o;
+      o.threads = threads;
+      const auto group = twins::run_group(specs, o);
+      ASSERT_EQ(group.size(), specs.size());
+      for (size_t i = 0; i < specs.size(); ++i) {
+        EXPECT_EQ(twins::without_timing(twins::to_json(group[i])).dump(),
+                  alone[i])
+            << opt << " pair " << i << " threads " << threads;
+        EXPECT_EQ(group[i].group_pairs, 4);
+      }
+      // The identity twin is trained apart from the reference and still
+      // agrees with it bit for bit.
+      EXPECT_EQ(twins::largest_drift(group[1]), 0.0) << opt;
+      EXPECT_GT(twins::final_drift(group[0]), 0.0) << opt;
+    }
+  }
 }
 
-TEST(Plan, ListsExpandToTheirCartesianProduct) {
-  twins::PlanRequest req;
-  req.opts = {"adam", "sgd"};
-  req.twins = {"gauge", "identity", "noise"};
-  req.init_seeds = {1, 2};
-  req.twin_seeds = {5, 6, 7};
-  req.noise_scales = {1e-7, 1e-5};
-  auto specs = twins::expand(req);
-  // per opt and init seed: gauge 3 seeds + identity 1 + noise 3 x 2
-  EXPECT_EQ(specs.size(), 2u * 2u * (3u + 1u + 6u));
-  std::set<std::string> keys;
-  for (const auto& s : specs) keys.insert(s.key());
-  EXPECT_EQ(keys.size(), specs.size());
+TEST(Groups, PairsThatDoNotShareCopyOneAreRefused) {
+  auto a = tiny_spec("adam", TwinKind::kGauge, 5, torch::kFloat);
+  auto b = a;
+  b.init_seed = 43;  // another copy 1
+  EXPECT_THROW(twins::run_group({a, b}), c10::Error);
+  b = a;
+  b.lr = 2e-3;
+  EXPECT_THROW(twins::run_group({a, b}), c10::Error);
+  b = a;
+  b.twin = TwinKind::kNoise;  // the same copy 1
+  EXPECT_NO_THROW(twins::Lockstep({a, b}));
+}
+
+// A twin that diverges ends its own record at the step an independent pair
+// would, and the others train on; a reference that diverges ends them all.
+TEST(Groups, DivergenceEndsEachPairAsAnIndependentPairWould) {
+  // A huge perturbation of W_Q / W_K makes the noise twin's loss overflow
+  // while the reference and the gauge twin train on.
+  auto gauge = tiny_spec("sgd", TwinKind::kGauge, 120, torch::kFloat);
+  gauge.lr = 0.5;
+  auto wild = gauge;
+  wild.twin = TwinKind::kNoise;
+  wild.noise_scale = 1e18;
+  const auto alone_wild = twins::run_pair(wild);
+  ASSERT_EQ(alone_wild.status, twins::PairStatus::kDiverged)
+      << "the test needs a diverging twin";
+  const auto group = twins::run_group({gauge, wild});
+  EXPECT_EQ(group[1].status, twins::PairStatus::kDiverged);
+  EXPECT_EQ(group[1].diverged_step, alone_wild.diverged_step);
+  EXPECT_EQ(twins::without_timing(twins::to_json(group[1])).dump(),
+            twins::without_timing(twins::to_json(alone_wild)).dump());
+  EXPECT_EQ(group[0].status, twins::PairStatus::kOk);
+  EXPECT_EQ(group[0].curve.back().step, 120);
+
+  auto bad = tiny_spec("sgd", TwinKind::kGauge, 200, torch::kFloat);
+  bad.lr = 1e6;  // the reference itself diverges
+  auto bad_noise = bad;
+  bad_noise.twin = TwinKind::kNoise;
+  const auto both = twins::run_group({bad, bad_noise});
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(both[i].status, twins::PairStatus::kDiverged);
+    EXPECT_EQ(twins::without_timing(twins::to_json(both[i])).dump(),
+              twins::without_timing(
+                  twins::to_json(twins::run_pair(i ? bad_noise : bad)))
+                  .dump());
+  }
+}
+
+TEST(Keys, ReferenceKeyIgnoresOnlyTheTwin) {
+  auto s = tiny_spec("adam", TwinKind::kGauge, 5, torch::kFloat);
+  s.hparams = {{"beta2", 0.999}};
+  auto t = s;
+  t.twin = TwinKind::kNoise;
+  t.twin_seed = 1;
+  t.noise_scale = 1e-5;
+  EXPECT_EQ(s.reference_key(), t.reference_key());
+  EXPECT_NE(s.key(), t.key());
+  EXPECT_NE(s.pair_id(), t.pair_id());
+  auto u = s;
+  u.hparams = {{"beta2", 0.99}};
+  EXPECT_NE(s.reference_key(), u.reference_key());
+  EXPECT_NE(s.key(), u.key());
+  EXPECT_EQ(s.pair_id(), u.pair_id());  // the same pair, another rule
+  EXPECT_EQ(twins::hparams_difference(u.hparams, s.hparams),
+            "beta2 0.99 vs 0.999");
+  EXPECT_EQ(twins::hparams_difference(s.hparams, s.hparams), "");
+  // The order of a list does not change a key.
+  auto v = s;
+  v.hparams = {{"eps", 1e-8}, {"beta2", 0.999}};
+  auto w = s;
+  w.hparams = {{"beta2", 0.999}, {"eps", 1e-8}};
+  EXPECT_EQ(v.key(), w.key());
+}
+
+TEST(Vocabulary, DriftFinalChaosTrackingAndOnsetAreDefinedOnce) {
+  twins::PairResult g, n;
+  g.spec.steps = n.spec.steps = 1000;
+  auto point = [](int64_t step, double drift, double loss) {
+    twins::CurvePoint c;
+    c.step = step;
+    c.logit_drift = drift;
+    c.val_loss = {loss, loss};
+    return c;
+  };
+  g.curve = {point(0, 1e-7, 4.0),  point(1, 1e-7, 4.0),
+             point(2, 2e-7, 3.9),  point(100, 1e-3, 3.0),
+             point(300, 0.1, 2.0), point(1000, 0.5, 1.0)};
+  n.curve = {point(0, 2e-7, 4.0), point(100, 1e-3, 3.0), point(300, 1.0, 2.0),
+             point(1000, 0.5, 1.0)};
+  EXPECT_EQ(twins::drift_at(g, 2), 2e-7);
+  EXPECT_TRUE(std::isnan(twins::drift_at(g, 7)));
+  EXPECT_EQ(twins::final_drift(g), 0.5);
+  // Past step 100: 300 (1 decade apart) and 1000 (0): mean 0.5, max 1.
+  EXPECT_DOUBLE_EQ(twins::chaos_metric(g, n), 0.5);
+  EXPECT_DOUBLE_EQ(twins::tracking(g, n), 1.0);
+  // Copy 1's validation loss first moves at step 2 (a skipped first step).
+  EXPECT_EQ(twins::first_moving_step(g), 2);
+  g.status = twins::PairStatus::kDiverged;
+  EXPECT_TRUE(std::isnan(twins::final_drift(g)));
+  g.curve.back().qk_drift_max = std::nan("");
+  EXPECT_TRUE(std::isnan(twins::largest_drift(g)));
 }
 
 }  // namespace

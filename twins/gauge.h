@@ -1,4 +1,5 @@
-// Twin construction (PROTOCOL §2), applied in place to copy 2 of a pair.
+// Twin construction (docs/protocol.md §2), applied in place to copy 2 of a
+// pair.
 #pragma once
 
 #include <torch/torch.h>

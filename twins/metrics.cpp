@@ -11,7 +11,8 @@ double relative_distance(const torch::Tensor& a, const torch::Tensor& b) {
   torch::Tensor x = a.to(torch::kDouble), y = b.to(torch::kDouble);
   const double num = (x - y).norm().item<double>();
   const double den = 0.5 * (x.norm().item<double>() + y.norm().item<double>());
-  if (num == 0) return 0.0;
+  if (num == 0)
+    return 0.0;
   return num / den;
 }
 
@@ -40,34 +41,40 @@ std::vector<double> qk_drift_per_head(const model::Transformer& m1,
     auto n1 = p1.flatten(1).norm(2, {1}), n2 = p2.flatten(1).norm(2, {1});
     auto diff = (p1 - p2).flatten(1).norm(2, {1});
     // 0 where the two products are bitwise equal (also when both are 0).
-    per_layer.push_back(
-        torch::where(diff == 0, torch::zeros_like(diff),
-                     diff / (0.5 * (n1 + n2))));
+    per_layer.push_back(torch::where(diff == 0, torch::zeros_like(diff),
+                                     diff / (0.5 * (n1 + n2))));
   }
   torch::Tensor all = torch::cat(per_layer).cpu();
   return std::vector<double>(all.data_ptr<double>(),
                              all.data_ptr<double>() + all.numel());
 }
 
-CurvePoint measure(model::Transformer& m1, model::Transformer& m2,
-                   const data::Task& task, int64_t step) {
+Evaluation evaluate(model::Transformer& m, const data::Task& task) {
   torch::NoGradGuard no_grad;
   const data::Batch& val = task.validation();
+  Evaluation e;
+  e.logits = m->forward(val.x);
+  e.loss = model::cross_entropy(e.logits, val.y).item<double>();
+  e.accuracy =
+      e.logits.argmax(-1).eq(val.y).to(torch::kDouble).mean().item<double>();
+  return e;
+}
+
+CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
+                   const Evaluation& e2, const model::Transformer& m2,
+                   int64_t step) {
+  torch::NoGradGuard no_grad;
   CurvePoint c;
   c.step = step;
-  torch::Tensor z1 = m1->forward(val.x), z2 = m2->forward(val.x);
-  c.logit_drift = relative_distance(z1, z2);
-  const torch::Tensor* z[2] = {&z1, &z2};
-  for (int i = 0; i < 2; ++i) {
-    c.val_loss[i] = model::cross_entropy(*z[i], val.y).item<double>();
-    c.val_acc[i] =
-        z[i]->argmax(-1).eq(val.y).to(torch::kDouble).mean().item<double>();
-  }
+  c.logit_drift = relative_distance(e1.logits, e2.logits);
+  c.val_loss = {e1.loss, e2.loss};
+  c.val_acc = {e1.accuracy, e2.accuracy};
   std::vector<double> qk = qk_drift_per_head(m1, m2);
   double sum = 0, mx = 0;
   for (double v : qk) {
     sum += v;
-    if (std::isnan(v) || v > mx) mx = v;  // a NaN stays visible
+    if (std::isnan(v) || v > mx)
+      mx = v;  // a NaN stays visible
   }
   c.qk_drift_mean = sum / double(qk.size());
   c.qk_drift_max = mx;
@@ -76,12 +83,22 @@ CurvePoint measure(model::Transformer& m1, model::Transformer& m2,
   return c;
 }
 
+CurvePoint measure(model::Transformer& m1, model::Transformer& m2,
+                   const data::Task& task, int64_t step) {
+  const Evaluation e1 = evaluate(m1, task);
+  const Evaluation e2 = evaluate(m2, task);
+  return compare(e1, m1, e2, m2, step);
+}
+
 std::vector<int64_t> checkpoint_steps(int64_t steps) {
   std::vector<int64_t> out;
-  for (int64_t s : {0, 1, 10, 50, 100, 300, 600, 1000, 1500, 2000, 3000}) {
-    if (s <= steps) out.push_back(s);
+  for (int64_t s :
+       {0, 1, 2, 3, 5, 10, 50, 100, 300, 600, 1000, 1500, 2000, 3000}) {
+    if (s <= steps)
+      out.push_back(s);
   }
-  if (out.back() != steps) out.push_back(steps);
+  if (out.back() != steps)
+    out.push_back(steps);
   return out;
 }
 

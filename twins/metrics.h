@@ -1,4 +1,4 @@
-// Drift metrics of PROTOCOL §6.
+// Drift metrics of docs/protocol.md §6, measured at the checkpoints.
 #pragma once
 
 #include <torch/torch.h>
@@ -32,12 +32,27 @@ struct CurvePoint {
   std::array<double, 2> train_loss{};
 };
 
-// Evaluates both models on the task's validation set.
+// One model on the task's validation set.
+struct Evaluation {
+  torch::Tensor logits;  // validation logits
+  double loss = 0;       // mean cross-entropy
+  double accuracy = 0;   // argmax accuracy (per position for the char-LM)
+};
+Evaluation evaluate(model::Transformer& m, const data::Task& task);
+
+// The checkpoint of two models from their evaluations (e1 of m1, e2 of
+// m2): what measure() returns, without evaluating either again.
+CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
+                   const Evaluation& e2, const model::Transformer& m2,
+                   int64_t step);
+
+// Evaluates both models on the task's validation set and compares them.
 CurvePoint measure(model::Transformer& m1, model::Transformer& m2,
                    const data::Task& task, int64_t step);
 
-// The checkpoint steps: {0, 1, 10, 50, 100, 300, 600, 1000, 1500, 2000,
-// 3000} within [0, steps], plus `steps` itself.
+// The checkpoint steps: {0, 1, 2, 3, 5, 10, 50, 100, 300, 600, 1000, 1500,
+// 2000, 3000} within [0, steps], plus `steps` itself. Steps 2, 3 and 5 let
+// the verdict see a rule that leaves step 1 alone (docs/protocol.md §10).
 std::vector<int64_t> checkpoint_steps(int64_t steps);
 
 }  // namespace twins

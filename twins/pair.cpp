@@ -3,14 +3,14 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <mutex>
 #include <thread>
 
 #include "model/loss.h"
-#include "model/transformer.h"
-#include "optim/registry.h"
 #include "twins/device.h"
 #include "twins/gauge.h"
 
@@ -22,21 +22,7 @@ namespace {
 // and every kSyncEvery steps, to catch a non-finite loss early.
 constexpr int64_t kSyncEvery = 50;
 
-model::ModelConfig model_config(const PairSpec& spec,
-                                 const data::TaskShape& shape) {
-  model::ModelConfig cfg;
-  cfg.vocab_in = shape.vocab_in;
-  cfg.vocab_out = shape.vocab_out;
-  cfg.n_ctx = shape.n_ctx;
-  cfg.causal = shape.causal;
-  cfg.last_only = shape.last_only;
-  cfg.depth = spec.depth;
-  cfg.d_model = spec.d_model;
-  cfg.heads = spec.heads;
-  cfg.mlp = spec.mlp;
-  cfg.validate();
-  return cfg;
-}
+using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
@@ -53,23 +39,58 @@ std::unique_ptr<data::Task> make_task(const PairSpec& spec,
   return data::make_task(topt);
 }
 
-void check_task(const PairSpec& spec) { make_task(spec, torch::kCPU); }
+void check_task(const PairSpec& spec) {
+  make_task(spec, torch::kCPU);
+}
+
+model::ModelConfig model_config(const PairSpec& spec,
+                                const data::TaskShape& shape) {
+  model::ModelConfig cfg;
+  cfg.vocab_in = shape.vocab_in;
+  cfg.vocab_out = shape.vocab_out;
+  cfg.n_ctx = shape.n_ctx;
+  cfg.causal = shape.causal;
+  cfg.last_only = shape.last_only;
+  cfg.depth = spec.depth;
+  cfg.d_model = spec.d_model;
+  cfg.heads = spec.heads;
+  cfg.mlp = spec.mlp;
+  cfg.validate();
+  return cfg;
+}
+
+optim::ParamSplit param_split(const model::Transformer& m) {
+  optim::ParamSplit split;
+  split.matrices = m->matrix_parameters();
+  split.others = m->other_parameters();
+  for (const auto& block : m->blocks) {
+    split.qk.push_back(block->attn->wq->weight);
+    split.qk.push_back(block->attn->wk->weight);
+  }
+  split.heads = m->config().heads;
+  return split;
+}
 
 // ---------------------------------------------------------------------------
-// Pair
+// Copy: one model with its optimizer and unread losses.
 
-// One copy of the pair: its model, optimizer and unread losses.
-struct Pair::Copy {
+struct Lockstep::Copy {
   model::Transformer model{nullptr};
   std::unique_ptr<torch::optim::Optimizer> opt;
   std::vector<torch::Tensor> params;
   std::vector<torch::Tensor> pending;  // detached losses since the last read
   std::vector<double> losses;          // every step's loss, read back
 
+  Copy(model::Transformer m, const PairSpec& spec) : model(std::move(m)) {
+    params = model->parameters();
+    opt = optim::make_optimizer(spec.opt, param_split(model), spec.lr);
+  }
+
   void step(const data::Batch& batch) {
     // Gradients are reset to undefined (not zeroed) so that backward
     // writes them fresh; the same behaviour on LibTorch 1.13 and 2.x.
-    for (auto& p : params) p.mutable_grad().reset();
+    for (auto& p : params)
+      p.mutable_grad().reset();
     torch::Tensor loss = model::cross_entropy(model->forward(batch.x), batch.y);
     loss.backward();
     opt->step();
@@ -81,14 +102,16 @@ struct Pair::Copy {
              const Progress& progress) {
     for (size_t i = 0; i < batches.size(); ++i) {
       step(batches[i]);
-      if (progress) progress(first + 1 + static_cast<int64_t>(i));
+      if (progress)
+        progress(first + 1 + static_cast<int64_t>(i));
     }
   }
 
   // Appends the pending losses to `losses`; returns the first non-finite
   // step (1-based) among them, or -1.
   int64_t read_losses() {
-    if (pending.empty()) return -1;
+    if (pending.empty())
+      return -1;
     torch::Tensor l = torch::stack(pending).to(torch::kCPU, torch::kDouble);
     pending.clear();
     int64_t bad = -1;
@@ -103,138 +126,238 @@ struct Pair::Copy {
   }
 };
 
-Pair::Pair(const PairSpec& spec, bool concurrent_copies)
-    : spec_(spec), concurrent_(concurrent_copies) {
-  TORCH_CHECK(spec.steps >= 1, "Invalid steps: ", spec.steps,
+// ---------------------------------------------------------------------------
+// Lockstep
+
+Lockstep::Lockstep(std::vector<PairSpec> specs, int threads)
+    : specs_(std::move(specs)), threads_(std::max(1, threads)) {
+  TORCH_CHECK(!specs_.empty(), "Lockstep: no pairs");
+  const PairSpec& first = specs_.front();
+  for (const auto& s : specs_) {
+    TORCH_CHECK(s.reference_key() == first.reference_key(), "Lockstep: pairs '",
+                pair_label(first), "' and '", pair_label(s),
+                "' do not share copy 1");
+  }
+  TORCH_CHECK(first.steps >= 1, "Invalid steps: ", first.steps,
               " (must be >= 1)");
   configure_determinism();
-  const torch::Device device = resolve_device(spec.device);
-  task_ = make_task(spec, device);
-  const model::ModelConfig cfg = model_config(spec, task_->shape());
-  // Build once, copy twice: both copies start from the same base weights.
+  const torch::Device device = resolve_device(first.device);
+  task_ = make_task(first, device);
+  const model::ModelConfig cfg = model_config(first, task_->shape());
+  // Build once: the base model is the reference, every twin a copy of it.
   model::Transformer base =
-      model::build(cfg, spec.init_seed, spec.dtype, device);
-  for (int i = 0; i < 2; ++i) {
-    auto c = std::make_unique<Copy>();
-    c->model = model::build(cfg, spec.init_seed, spec.dtype, device);
-    model::copy_parameters(base, c->model);
-    if (i == 1) {
-      apply_twin(c->model, spec.twin, spec.twin_seed, spec.noise_scale);
-    }
-    c->params = c->model->parameters();
-    c->opt = optim::make_optimizer(
-        spec.opt,
-        {c->model->matrix_parameters(), c->model->other_parameters()},
-        spec.lr);
-    copies_.push_back(std::move(c));
+      model::build(cfg, first.init_seed, first.dtype, device);
+  for (const auto& s : specs_) {
+    model::Transformer m = model::build(cfg, s.init_seed, s.dtype, device);
+    model::copy_parameters(base, m);
+    apply_twin(m, s.twin, s.twin_seed, s.noise_scale);
+    twins_.push_back(std::make_unique<Copy>(std::move(m), s));
   }
+  reference_ = std::make_unique<Copy>(std::move(base), first);
+  retired_losses_.resize(specs_.size());
 }
 
-Pair::~Pair() = default;
+Lockstep::~Lockstep() = default;
 
-void Pair::train_to(int64_t to, const Progress& progress) {
-  TORCH_CHECK(to >= done_ && to <= spec_.steps, "train_to: step ", to,
-              " outside ", done_, "..", spec_.steps);
-  std::vector<data::Batch> batches;  // the very same tensors for both
+size_t Lockstep::twins() const {
+  return twins_.size();
+}
+
+bool Lockstep::live(size_t twin) const {
+  return twins_.at(twin) != nullptr;
+}
+
+void Lockstep::retire(size_t twin) {
+  TORCH_CHECK(live(twin), "Lockstep: twin ", twin, " already retired");
+  retired_losses_[twin] = twins_[twin]->losses;
+  twins_[twin].reset();
+}
+
+model::Transformer& Lockstep::reference() {
+  return reference_->model;
+}
+
+model::Transformer& Lockstep::twin(size_t i) {
+  TORCH_CHECK(live(i), "Lockstep: twin ", i, " is retired");
+  return twins_[i]->model;
+}
+
+const std::vector<double>& Lockstep::reference_losses() const {
+  return reference_->losses;
+}
+
+const std::vector<double>& Lockstep::twin_losses(size_t i) const {
+  return twins_.at(i) ? twins_[i]->losses : retired_losses_.at(i);
+}
+
+void Lockstep::train_to(int64_t to, const Progress& progress) {
+  TORCH_CHECK(to >= done_ && to <= specs_.front().steps, "train_to: step ", to,
+              " outside ", done_, "..", specs_.front().steps);
+  std::vector<data::Batch> batches;  // the very same tensors for every copy
   for (int64_t s = done_ + 1; s <= to; ++s) {
     batches.push_back(task_->train_batch(s));
   }
-  if (!concurrent_) {
-    copies_[0]->train(batches, done_, {});
-    copies_[1]->train(batches, done_, progress);
+  std::vector<Copy*> copies{reference_.get()};
+  for (auto& t : twins_) {
+    if (t)
+      copies.push_back(t.get());
+  }
+  auto train = [&](size_t i) {
+    copies[i]->train(batches, done_, i == 0 ? progress : Progress{});
+  };
+  const size_t workers = std::min(copies.size(), size_t(threads_));
+  if (workers <= 1) {
+    for (size_t i = 0; i < copies.size(); ++i)
+      train(i);
   } else {
-    // Copy 0 on a worker thread, copy 1 (and the progress) here.
+    // Each worker takes the next untrained copy; one LibTorch / OpenBLAS
+    // thread per model, so a model's reductions never depend on the others.
+    std::atomic<size_t> next{0};
+    std::mutex mutex;
     std::exception_ptr error;
-    std::thread worker([&] {
-      try {
-        copies_[0]->train(batches, done_, {});
-      } catch (...) {
-        error = std::current_exception();
+    auto work = [&] {
+      set_threads(1);
+      for (size_t i; (i = next++) < copies.size();) {
+        try {
+          train(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!error)
+            error = std::current_exception();
+        }
       }
-    });
-    try {
-      copies_[1]->train(batches, done_, progress);
-    } catch (...) {
-      worker.join();
-      throw;
-    }
-    worker.join();
-    if (error) std::rethrow_exception(error);
+    };
+    std::vector<std::thread> pool;
+    for (size_t w = 1; w < workers; ++w)
+      pool.emplace_back(work);
+    work();
+    for (auto& t : pool)
+      t.join();
+    if (error)
+      std::rethrow_exception(error);
   }
   done_ = to;
 }
 
-int64_t Pair::check_losses() {
-  int64_t bad = -1;
-  for (auto& c : copies_) {
-    const int64_t b = c->read_losses();
-    if (b > 0 && (bad < 0 || b < bad)) bad = b;
+std::vector<int64_t> Lockstep::check_losses() {
+  const int64_t ref = reference_->read_losses();
+  std::vector<int64_t> out(twins_.size(), -1);
+  for (size_t i = 0; i < twins_.size(); ++i) {
+    if (!twins_[i])
+      continue;
+    const int64_t own = twins_[i]->read_losses();
+    int64_t bad = ref;
+    if (own > 0 && (bad < 0 || own < bad))
+      bad = own;
+    out[i] = bad;
   }
-  return bad;
+  return out;
 }
 
-CurvePoint Pair::measure() {
-  CurvePoint c = twins::measure(copies_[0]->model, copies_[1]->model, *task_,
-                                done_);
-  if (done_ > 0 && static_cast<int64_t>(losses(0).size()) >= done_) {
-    c.train_loss = {losses(0)[done_ - 1], losses(1)[done_ - 1]};
+Evaluation Lockstep::evaluate_reference() {
+  return evaluate(reference_->model, *task_);
+}
+
+CurvePoint Lockstep::measure(size_t i, const Evaluation* reference) {
+  TORCH_CHECK(live(i), "Lockstep: twin ", i, " is retired");
+  const Evaluation ref = reference ? *reference : evaluate_reference();
+  const Evaluation own = evaluate(twins_[i]->model, *task_);
+  CurvePoint c = compare(ref, reference_->model, own, twins_[i]->model, done_);
+  const auto& l1 = reference_->losses;
+  const auto& l2 = twins_[i]->losses;
+  if (done_ > 0 && static_cast<int64_t>(l1.size()) >= done_ &&
+      static_cast<int64_t>(l2.size()) >= done_) {
+    c.train_loss = {l1[done_ - 1], l2[done_ - 1]};
   }
   return c;
 }
 
-const std::vector<double>& Pair::losses(int i) const {
-  return copies_.at(i)->losses;
-}
-
-model::Transformer& Pair::model(int i) { return copies_.at(i)->model; }
-
 // ---------------------------------------------------------------------------
-// run_pair
+// run_group
 
-PairResult run_pair(const PairSpec& spec, const Progress& progress,
-                    bool concurrent_copies) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Pair pair(spec, concurrent_copies);
-  PairResult r;
-  r.spec = spec;
-  r.torch_version = TORCH_VERSION;
-  const std::vector<int64_t> checkpoints = checkpoint_steps(spec.steps);
+std::vector<PairResult> run_group(const std::vector<PairSpec>& specs,
+                                  const GroupOptions& options) {
+  const auto t0 = Clock::now();
+  Lockstep group(specs, options.threads);
+  std::vector<PairResult> results(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    results[i].spec = specs[i];
+    results[i].torch_version = TORCH_VERSION;
+    results[i].group_pairs = static_cast<int>(specs.size());
+  }
+  // The pair's final fields from `last` (its last checkpoint, or a fresh
+  // measurement after a divergence), then the caller hears of it.
+  auto finish = [&](size_t i, const CurvePoint& last) {
+    PairResult& r = results[i];
+    r.val_acc = last.val_acc;
+    r.val_loss = last.val_loss;
+    const auto& l1 = group.reference_losses();
+    const auto& l2 = group.twin_losses(i);
+    r.train_loss = {l1.empty() ? std::nan("") : l1.back(),
+                    l2.empty() ? std::nan("") : l2.back()};
+    r.qk_per_head = qk_drift_per_head(group.reference(), group.twin(i));
+    r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (options.pair_done) {
+      options.pair_done(r, group.reference(), group.twin(i));
+    }
+    group.retire(i);
+  };
+  auto any_live = [&] {
+    for (size_t i = 0; i < group.twins(); ++i) {
+      if (group.live(i))
+        return true;
+    }
+    return false;
+  };
+  auto measure_all = [&] {
+    const Evaluation ref = group.evaluate_reference();
+    for (size_t i = 0; i < group.twins(); ++i) {
+      if (group.live(i))
+        results[i].curve.push_back(group.measure(i, &ref));
+    }
+  };
+
+  const int64_t steps = specs.front().steps;
+  const std::vector<int64_t> checkpoints = checkpoint_steps(steps);
   size_t next = 0;  // the next checkpoint
   if (checkpoints[0] == 0) {
-    r.curve.push_back(pair.measure());
+    measure_all();
     ++next;
   }
   // Segments end at checkpoints and every kSyncEvery steps; the losses are
   // read back (and checked) only there.
-  while (pair.done() < spec.steps) {
-    pair.train_to(std::min((pair.done() / kSyncEvery + 1) * kSyncEvery,
-                           checkpoints[next]),
-                  progress);
-    const int64_t bad = pair.check_losses();
-    if (bad > 0) {
-      r.status = "diverged";
-      r.diverged_step = bad;
-      break;
+  while (group.done() < steps && any_live()) {
+    group.train_to(std::min((group.done() / kSyncEvery + 1) * kSyncEvery,
+                            checkpoints[next]),
+                   options.progress);
+    const std::vector<int64_t> bad = group.check_losses();
+    for (size_t i = 0; i < bad.size(); ++i) {
+      if (bad[i] < 0)
+        continue;
+      results[i].status = PairStatus::kDiverged;
+      results[i].diverged_step = bad[i];
+      finish(i, group.measure(i));  // mostly NaN, recorded as null
     }
-    if (pair.done() == checkpoints[next]) {
-      r.curve.push_back(pair.measure());
+    if (!any_live())
+      break;
+    if (group.done() == checkpoints[next]) {
+      measure_all();
       ++next;
     }
   }
-  // Final state: the last checkpoint, or a fresh measurement after a
-  // divergence (then mostly NaN, recorded as null).
-  const CurvePoint last = r.status == "ok" ? r.curve.back() : pair.measure();
-  r.val_acc = last.val_acc;
-  r.val_loss = last.val_loss;
-  for (int i = 0; i < 2; ++i) {
-    r.train_loss[i] =
-        pair.losses(i).empty() ? std::nan("") : pair.losses(i).back();
+  for (size_t i = 0; i < group.twins(); ++i) {
+    if (group.live(i))
+      finish(i, results[i].curve.back());
   }
-  r.qk_per_head = qk_drift_per_head(pair.model(0), pair.model(1));
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                           t0)
-                 .count();
-  return r;
+  return results;
+}
+
+PairResult run_pair(const PairSpec& spec, const Progress& progress,
+                    int threads) {
+  GroupOptions o;
+  o.threads = threads;
+  o.progress = progress;
+  return run_group({spec}, o)[0];
 }
 
 }  // namespace twins

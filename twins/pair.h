@@ -1,32 +1,26 @@
-// One twin pair, end to end (ARCHITECTURE.md "the flow of one pair"): build
-// the base model once, copy it twice, turn copy 2 into the twin, train both
-// in lockstep on the same batches, measure at the checkpoints.
+// The lockstep pair, and the group of pairs that share copy 1 (docs/
+// architecture.md, "the flow of one pair"). Copy 1 of a pair — the
+// reference — depends on every field of its spec but the twin kind, the
+// twin seed and the noise scale (PairSpec::reference_key), so pairs that
+// differ only there train the very same copy 1. A Lockstep builds the base
+// model once, keeps it as the reference, makes one twin per spec (copy 2 of
+// that pair), trains all of them on the same batches, and measures each twin
+// against the reference at the checkpoints exactly as a pair of two models
+// would: a group of one is a pair, and every pair's record is bitwise the
+// same whichever group it trains in.
 #pragma once
 
-#include <array>
 #include <functional>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "data/task.h"
-#include "twins/metrics.h"
+#include "model/transformer.h"
+#include "optim/registry.h"
+#include "twins/result.h"
 #include "twins/spec.h"
 
 namespace twins {
-
-struct PairResult {
-  PairSpec spec;
-  std::vector<CurvePoint> curve;        // one per checkpoint, step 0 first
-  std::vector<double> qk_per_head;      // final, layer-major
-  std::array<double, 2> val_acc{};      // final, copy 1 / copy 2
-  std::array<double, 2> val_loss{};     // final
-  std::array<double, 2> train_loss{};   // loss of the last training step
-  std::string status = "ok";            // "ok" or "diverged"
-  int64_t diverged_step = -1;           // first step with a non-finite loss
-  double wall_s = 0;                    // seconds for the whole pair
-  std::string torch_version;
-};
 
 // The task of `spec` (mod<p> split or char-LM batch stream) on `device`.
 std::unique_ptr<data::Task> make_task(const PairSpec& spec,
@@ -36,54 +30,90 @@ std::unique_ptr<data::Task> make_task(const PairSpec& spec,
 // (unknown task, missing or too short corpus) before anything is written.
 void check_task(const PairSpec& spec);
 
-// Called after each training step with the step number (1..steps).
+// The model shape of `spec` on its task.
+model::ModelConfig model_config(const PairSpec& spec,
+                                const data::TaskShape& shape);
+
+// The parameters of `m` split as the optimizer registry hands them over.
+optim::ParamSplit param_split(const model::Transformer& m);
+
+// Called after each training step of copy 1 with the step (1..steps).
 using Progress = std::function<void(int64_t step)>;
 
-// A pair ready to train: the base model built once and copied twice, copy 2
-// turned into the twin, one optimizer per copy, the task's batch stream.
-// run_pair drives it through the checkpoints; the benchmark times it.
-class Pair {
+class Lockstep {
  public:
-  // concurrent_copies: the two copies are independent between
-  // synchronisation points; true trains them on two threads (set LibTorch
-  // and OpenBLAS to one thread each first, twins::set_threads(1)). Each
-  // copy runs the same op sequence either way, so the numbers are bitwise
-  // the same.
-  explicit Pair(const PairSpec& spec, bool concurrent_copies = false);
-  ~Pair();
-  Pair(const Pair&) = delete;
-  Pair& operator=(const Pair&) = delete;
+  // `specs`: one per twin, all with the same reference_key() (throws
+  // otherwise). `threads`: models trained at once; with more than one, each
+  // model trains on a thread of its own with one LibTorch / OpenBLAS thread,
+  // and with one the caller's thread trains them in turn at the caller's
+  // thread settings. Every model runs the same operations either way, so the
+  // numbers do not depend on it.
+  explicit Lockstep(std::vector<PairSpec> specs, int threads = 1);
+  ~Lockstep();
+  Lockstep(const Lockstep&) = delete;
+  Lockstep& operator=(const Lockstep&) = delete;
 
-  // Trains both copies through steps done()+1 .. `to` on the same batches.
+  // Trains the reference and every live twin through steps done()+1 .. to
+  // on the same batches.
   void train_to(int64_t to, const Progress& progress = {});
-  // Reads back the losses of the steps trained since the last call (a host
-  // synchronisation on CUDA); returns the first step whose loss of either
-  // copy is not finite, or -1.
-  int64_t check_losses();
-  // Both copies on the validation set at the current step.
-  CurvePoint measure();
+  // Reads back the losses trained since the last call (a host
+  // synchronisation on CUDA). Returns, per twin, the first step at which
+  // the reference's or the twin's loss is not finite (the pair's divergence
+  // step), or -1; retired twins get -1.
+  std::vector<int64_t> check_losses();
+  // The reference on the validation set at the current step.
+  Evaluation evaluate_reference();
+  // Twin i against the reference at the current step; `reference` is
+  // evaluate_reference()'s result when the caller has one (it is then not
+  // evaluated again).
+  CurvePoint measure(size_t twin, const Evaluation* reference = nullptr);
+  // Stops training twin i (its pair has ended).
+  void retire(size_t twin);
 
+  size_t twins() const;
+  bool live(size_t twin) const;
   int64_t done() const { return done_; }
-  // Every step's training loss of copy i (0 or 1) read back so far.
-  const std::vector<double>& losses(int i) const;
-  model::Transformer& model(int i);
+  const PairSpec& spec(size_t twin) const { return specs_.at(twin); }
+  model::Transformer& reference();
+  model::Transformer& twin(size_t i);
+  // Every step's training loss read back so far: the reference's, twin i's.
+  const std::vector<double>& reference_losses() const;
+  const std::vector<double>& twin_losses(size_t i) const;
   const data::Task& task() const { return *task_; }
 
  private:
   struct Copy;
-  PairSpec spec_;
-  bool concurrent_;
+  std::vector<PairSpec> specs_;
+  int threads_;
   std::unique_ptr<data::Task> task_;
-  std::vector<std::unique_ptr<Copy>> copies_;
+  std::unique_ptr<Copy> reference_;
+  std::vector<std::unique_ptr<Copy>> twins_;  // null once retired
+  std::vector<std::vector<double>> retired_losses_;
   int64_t done_ = 0;
 };
 
-// Runs `spec` through its checkpoints. A non-finite training loss of either
-// copy stops the pair: status "diverged", diverged_step set, the curve ends
-// at the last checkpoint before it. Throws for an invalid spec (unknown task
-// or optimizer, impossible shape, unavailable device). concurrent_copies: see
-// Pair.
+struct GroupOptions {
+  int threads = 1;    // models trained at once (see Lockstep)
+  Progress progress;  // after each step of copy 1
+  // Called once per pair as it ends (diverged, or at the last step), with
+  // the record final and both of its models in their last state.
+  std::function<void(const PairResult&, model::Transformer& reference,
+                     model::Transformer& twin)>
+      pair_done;
+};
+
+// Runs the pairs of `specs` (one reference, see Lockstep) through their
+// checkpoints. A pair whose copy 1 or copy 2 has a non-finite training loss
+// ends there: status diverged, diverged_step set, its curve ends at the
+// last checkpoint before, and the group trains on without it (a diverging
+// reference ends every pair). Returns the results in the order of `specs`.
+// Throws for an invalid spec (unknown task or optimizer, impossible shape,
+// unavailable device).
+std::vector<PairResult> run_group(const std::vector<PairSpec>& specs,
+                                  const GroupOptions& options = {});
+
+// One pair: run_group of a group of one.
 PairResult run_pair(const PairSpec& spec, const Progress& progress = {},
-                    bool concurrent_copies = false);
+                    int threads = 1);
 
 }  // namespace twins

@@ -8,34 +8,151 @@ namespace twins {
 
 namespace {
 
-nlohmann::json num(double v) {
-  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+using nlohmann::json;
+
+json num(double v) {
+  return std::isfinite(v) ? json(v) : json(nullptr);
 }
 
-nlohmann::json pair_of(const std::array<double, 2>& v) {
-  return nlohmann::json::array({num(v[0]), num(v[1])});
+json pair_of(const std::array<double, 2>& v) {
+  return json::array({num(v[0]), num(v[1])});
+}
+
+json numbers(const std::vector<double>& v) {
+  json out = json::array();
+  for (double x : v)
+    out.push_back(num(x));
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+
+const json& field(const json& j, const char* name) {
+  TORCH_CHECK(j.is_object(), "record is not a JSON object");
+  auto it = j.find(name);
+  TORCH_CHECK(it != j.end(), "record has no '", name, "' field");
+  return *it;
+}
+
+// A number, or NaN for null (how non-finite values are written).
+double real(const json& v, const char* name) {
+  if (v.is_null())
+    return std::nan("");
+  TORCH_CHECK(v.is_number(), "field '", name, "' is not a number");
+  return v.get<double>();
+}
+
+int64_t integer(const json& v, const char* name) {
+  TORCH_CHECK(v.is_number_integer(), "field '", name, "' is not an integer");
+  return v.get<int64_t>();
+}
+
+uint64_t seed(const json& v, const char* name) {
+  TORCH_CHECK(v.is_number_unsigned() ||
+                  (v.is_number_integer() && v.get<int64_t>() >= 0),
+              "field '", name, "' is not a seed");
+  return v.get<uint64_t>();
+}
+
+std::string text(const json& v, const char* name) {
+  TORCH_CHECK(v.is_string(), "field '", name, "' is not a string");
+  return v.get<std::string>();
+}
+
+std::array<double, 2> pair_from(const json& v, const char* name) {
+  TORCH_CHECK(v.is_array() && v.size() == 2, "field '", name,
+              "' is not a pair of numbers");
+  return {real(v[0], name), real(v[1], name)};
+}
+
+std::vector<double> numbers_from(const json& v, const char* name) {
+  TORCH_CHECK(v.is_array(), "field '", name, "' is not an array");
+  std::vector<double> out;
+  for (const json& x : v)
+    out.push_back(real(x, name));
+  return out;
+}
+
+CurvePoint curve_point(const json& p) {
+  CurvePoint c;
+  c.step = integer(field(p, "step"), "curve.step");
+  c.logit_drift = real(field(p, "logit_drift"), "curve.logit_drift");
+  c.qk_drift_mean = real(field(p, "qk_drift_mean"), "curve.qk_drift_mean");
+  c.qk_drift_max = real(field(p, "qk_drift_max"), "curve.qk_drift_max");
+  c.val_loss = pair_from(field(p, "val_loss"), "curve.val_loss");
+  c.val_acc = pair_from(field(p, "val_acc"), "curve.val_acc");
+  c.train_loss = p.contains("train_loss")
+                     ? pair_from(p["train_loss"], "curve.train_loss")
+                     : std::array<double, 2>{std::nan(""), std::nan("")};
+  return c;
+}
+
+json merge_to_json(const MergePoint& m) {
+  return {{"step", m.step},
+          {"lambda", numbers(m.lambdas)},
+          {"loss_naive", numbers(m.loss_naive)},
+          {"acc_naive", numbers(m.acc_naive)},
+          {"loss_aligned", numbers(m.loss_aligned)},
+          {"acc_aligned", numbers(m.acc_aligned)},
+          {"barrier_naive", num(m.barrier_naive)},
+          {"barrier_aligned", num(m.barrier_aligned)},
+          {"residual_per_head", numbers(m.residual_per_head)},
+          {"residual_mean", num(m.residual_mean)},
+          {"residual_max", num(m.residual_max)},
+          {"rotation_error_per_head", numbers(m.rotation_error_per_head)},
+          {"rotation_error_mean", num(m.rotation_error_mean)},
+          {"rotation_error_max", num(m.rotation_error_max)},
+          {"qk_drift_mean", num(m.qk_drift_mean)},
+          {"qk_drift_max", num(m.qk_drift_max)}};
+}
+
+MergePoint merge_from_json(const json& j) {
+  MergePoint m;
+  m.step = integer(field(j, "step"), "merge.step");
+  m.lambdas = numbers_from(field(j, "lambda"), "merge.lambda");
+  m.loss_naive = numbers_from(field(j, "loss_naive"), "merge.loss_naive");
+  m.acc_naive = numbers_from(field(j, "acc_naive"), "merge.acc_naive");
+  m.loss_aligned = numbers_from(field(j, "loss_aligned"), "merge.loss_aligned");
+  m.acc_aligned = numbers_from(field(j, "acc_aligned"), "merge.acc_aligned");
+  m.barrier_naive = real(field(j, "barrier_naive"), "merge.barrier_naive");
+  m.barrier_aligned =
+      real(field(j, "barrier_aligned"), "merge.barrier_aligned");
+  m.residual_per_head =
+      numbers_from(field(j, "residual_per_head"), "merge.residual_per_head");
+  m.residual_mean = real(field(j, "residual_mean"), "merge.residual_mean");
+  m.residual_max = real(field(j, "residual_max"), "merge.residual_max");
+  m.rotation_error_per_head = numbers_from(field(j, "rotation_error_per_head"),
+                                           "merge.rotation_error_per_head");
+  m.rotation_error_mean =
+      real(field(j, "rotation_error_mean"), "merge.rotation_error_mean");
+  m.rotation_error_max =
+      real(field(j, "rotation_error_max"), "merge.rotation_error_max");
+  m.qk_drift_mean = real(field(j, "qk_drift_mean"), "merge.qk_drift_mean");
+  m.qk_drift_max = real(field(j, "qk_drift_max"), "merge.qk_drift_max");
+  return m;
 }
 
 }  // namespace
 
-nlohmann::json to_json(const PairResult& r) {
-  const PairSpec& s = r.spec;
-  nlohmann::json j;
-  j["key"] = s.key();
+json spec_to_json(const PairSpec& s) {
+  json j;
   j["task"] = s.task;
   j["opt"] = s.opt;
+  json hp = json::object();
+  for (const auto& [name, value] : s.hparams)
+    hp[name] = value;
+  j["hparams"] = hp;
   j["twin"] = to_string(s.twin);
   j["init_seed"] = s.init_seed;
-  j["twin_seed"] = s.uses_twin_seed() ? nlohmann::json(s.twin_seed)
-                                      : nlohmann::json(nullptr);
-  j["noise_scale"] = s.uses_noise_scale() ? nlohmann::json(s.noise_scale)
-                                          : nlohmann::json(nullptr);
+  j["twin_seed"] = s.uses_twin_seed() ? json(s.twin_seed) : json(nullptr);
+  j["noise_scale"] = s.uses_noise_scale() ? json(s.noise_scale) : json(nullptr);
   j["lr"] = s.lr;
   j["steps"] = s.steps;
   j["dtype"] = dtype_name(s.dtype);
   j["device"] = s.device;
   j["data_seed"] = s.data_seed;
-  if (s.task == "charlm") {
+  if (s.is_charlm()) {
     j["ctx"] = s.ctx;
     j["batch"] = s.batch;
     j["corpus"] = s.corpus.empty() ? "tinyshakespeare" : s.corpus;
@@ -44,33 +161,144 @@ nlohmann::json to_json(const PairResult& r) {
                 {"d_model", s.d_model},
                 {"heads", s.heads},
                 {"mlp", s.mlp}};
-  nlohmann::json curve = nlohmann::json::array();
+  if (!s.merge_at.empty())
+    j["merge_at"] = s.merge_at;
+  return j;
+}
+
+PairSpec spec_from_json(const json& j) {
+  PairSpec s;
+  s.task = text(field(j, "task"), "task");
+  s.opt = text(field(j, "opt"), "opt");
+  if (j.contains("hparams")) {
+    const json& hp = j["hparams"];
+    TORCH_CHECK(hp.is_object(), "field 'hparams' is not an object");
+    // Read back in name order; keys sort hyperparameters by name anyway.
+    for (auto it = hp.begin(); it != hp.end(); ++it) {
+      s.hparams.emplace_back(it.key(), real(it.value(), "hparams"));
+    }
+  }
+  s.twin = parse_twin_kind(text(field(j, "twin"), "twin"));
+  s.init_seed = seed(field(j, "init_seed"), "init_seed");
+  const json& ts = field(j, "twin_seed");
+  s.twin_seed = ts.is_null() ? 0 : seed(ts, "twin_seed");
+  const json& ns = field(j, "noise_scale");
+  s.noise_scale = ns.is_null() ? 0 : real(ns, "noise_scale");
+  s.lr = real(field(j, "lr"), "lr");
+  s.steps = integer(field(j, "steps"), "steps");
+  s.dtype = parse_dtype(text(field(j, "dtype"), "dtype"));
+  s.device = text(field(j, "device"), "device");
+  s.data_seed = seed(field(j, "data_seed"), "data_seed");
+  const json& m = field(j, "model");
+  s.depth = integer(field(m, "depth"), "model.depth");
+  s.d_model = integer(field(m, "d_model"), "model.d_model");
+  s.heads = integer(field(m, "heads"), "model.heads");
+  s.mlp = integer(field(m, "mlp"), "model.mlp");
+  if (j.contains("ctx"))
+    s.ctx = integer(j["ctx"], "ctx");
+  if (j.contains("batch"))
+    s.batch = integer(j["batch"], "batch");
+  if (j.contains("corpus")) {
+    s.corpus = text(j["corpus"], "corpus");
+    if (s.corpus == "tinyshakespeare")
+      s.corpus.clear();  // the shipped one
+  }
+  if (j.contains("merge_at")) {
+    TORCH_CHECK(j["merge_at"].is_array(), "field 'merge_at' is not an array");
+    for (const json& v : j["merge_at"]) {
+      s.merge_at.push_back(integer(v, "merge_at"));
+    }
+  }
+  return s;
+}
+
+json to_json(const PairResult& r) {
+  json j = spec_to_json(r.spec);
+  j["schema"] = kRecordSchema;
+  j["key"] = r.spec.key();
+  json curve = json::array();
   for (const CurvePoint& c : r.curve) {
-    nlohmann::json p = {{"step", c.step},
-                        {"logit_drift", num(c.logit_drift)},
-                        {"qk_drift_mean", num(c.qk_drift_mean)},
-                        {"qk_drift_max", num(c.qk_drift_max)},
-                        {"val_loss", pair_of(c.val_loss)},
-                        {"val_acc", pair_of(c.val_acc)}};
-    if (c.step > 0) p["train_loss"] = pair_of(c.train_loss);
+    json p = {{"step", c.step},
+              {"logit_drift", num(c.logit_drift)},
+              {"qk_drift_mean", num(c.qk_drift_mean)},
+              {"qk_drift_max", num(c.qk_drift_max)},
+              {"val_loss", pair_of(c.val_loss)},
+              {"val_acc", pair_of(c.val_acc)}};
+    if (c.step > 0)
+      p["train_loss"] = pair_of(c.train_loss);
     curve.push_back(p);
   }
   j["curve"] = curve;
-  nlohmann::json heads = nlohmann::json::array();
-  for (double v : r.qk_per_head) heads.push_back(num(v));
-  j["qk_drift_per_head"] = heads;
+  j["qk_drift_per_head"] = numbers(r.qk_per_head);
   j["val_acc"] = pair_of(r.val_acc);
   j["val_loss"] = pair_of(r.val_loss);
   j["train_loss"] = pair_of(r.train_loss);
-  j["status"] = r.status;
-  j["diverged_step"] = r.diverged_step > 0 ? nlohmann::json(r.diverged_step)
-                                           : nlohmann::json(nullptr);
+  j["status"] = to_string(r.status);
+  j["diverged_step"] =
+      r.diverged_step > 0 ? json(r.diverged_step) : json(nullptr);
+  if (!r.merges.empty()) {
+    json merges = json::array();
+    for (const auto& m : r.merges)
+      merges.push_back(merge_to_json(m));
+    j["merge"] = merges;
+  }
   j["wall_s"] = r.wall_s;
+  j["group_pairs"] = r.group_pairs;
   const ThreadInfo t = thread_info();
-  j["threads"] = {{"torch", t.torch_threads},
-                  {"openblas", t.openblas_threads}};
+  j["threads"] = {{"torch", t.torch_threads}, {"openblas", t.openblas_threads}};
   j["torch_version"] = r.torch_version;
   return j;
+}
+
+int record_schema(const json& record) {
+  return record.contains("schema")
+             ? static_cast<int>(integer(record["schema"], "schema"))
+             : 1;
+}
+
+PairResult from_json(const json& j) {
+  PairResult r;
+  r.spec = spec_from_json(j);
+  const json& curve = field(j, "curve");
+  TORCH_CHECK(curve.is_array(), "field 'curve' is not an array");
+  for (const json& p : curve)
+    r.curve.push_back(curve_point(p));
+  if (j.contains("qk_drift_per_head")) {
+    r.qk_per_head = numbers_from(j["qk_drift_per_head"], "qk_drift_per_head");
+  }
+  if (j.contains("val_acc"))
+    r.val_acc = pair_from(j["val_acc"], "val_acc");
+  if (j.contains("val_loss")) {
+    r.val_loss = pair_from(j["val_loss"], "val_loss");
+  }
+  if (j.contains("train_loss")) {
+    r.train_loss = pair_from(j["train_loss"], "train_loss");
+  }
+  r.status = parse_pair_status(text(field(j, "status"), "status"));
+  if (j.contains("diverged_step") && !j["diverged_step"].is_null()) {
+    r.diverged_step = integer(j["diverged_step"], "diverged_step");
+  }
+  if (j.contains("merge")) {
+    TORCH_CHECK(j["merge"].is_array(), "field 'merge' is not an array");
+    for (const json& m : j["merge"])
+      r.merges.push_back(merge_from_json(m));
+  }
+  if (j.contains("wall_s"))
+    r.wall_s = real(j["wall_s"], "wall_s");
+  if (j.contains("group_pairs")) {
+    r.group_pairs = static_cast<int>(integer(j["group_pairs"], "group_pairs"));
+  }
+  if (j.contains("torch_version")) {
+    r.torch_version = text(j["torch_version"], "torch_version");
+  }
+  return r;
+}
+
+json without_timing(json record) {
+  record.erase("wall_s");
+  record.erase("threads");
+  record.erase("group_pairs");
+  return record;
 }
 
 }  // namespace twins

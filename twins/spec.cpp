@@ -1,6 +1,9 @@
 #include "twins/spec.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 namespace twins {
 
@@ -17,18 +20,22 @@ const char* to_string(TwinKind kind) {
 }
 
 TwinKind parse_twin_kind(const std::string& name) {
-  if (name == "gauge") return TwinKind::kGauge;
-  if (name == "identity") return TwinKind::kIdentity;
-  if (name == "noise") return TwinKind::kNoise;
+  if (name == "gauge")
+    return TwinKind::kGauge;
+  if (name == "identity")
+    return TwinKind::kIdentity;
+  if (name == "noise")
+    return TwinKind::kNoise;
   TORCH_CHECK(false, "Unknown twin kind: '", name,
               "' (known: gauge, identity, noise)");
 }
 
 torch::Dtype parse_dtype(const std::string& name) {
-  if (name == "float32") return torch::kFloat;
-  if (name == "float64") return torch::kDouble;
-  TORCH_CHECK(false, "Unknown dtype: '", name,
-              "' (known: float32, float64)");
+  if (name == "float32")
+    return torch::kFloat;
+  if (name == "float64")
+    return torch::kDouble;
+  TORCH_CHECK(false, "Unknown dtype: '", name, "' (known: float32, float64)");
 }
 
 std::string dtype_name(torch::Dtype dtype) {
@@ -37,19 +44,103 @@ std::string dtype_name(torch::Dtype dtype) {
   return dtype == torch::kFloat ? "float32" : "float64";
 }
 
-std::string PairSpec::key() const {
-  std::string k = fmt::format(
-      "{}|{}|{}|init={}|twin_seed={}|noise={}|steps={}|lr={}|{}|{}|"
-      "L{}-d{}-h{}-m{}|data={}",
-      task, opt, to_string(twin), init_seed,
-      uses_twin_seed() ? fmt::format("{}", twin_seed) : "-",
-      uses_noise_scale() ? fmt::format("{}", noise_scale) : "-", steps, lr,
-      dtype_name(dtype), device, depth, d_model, heads, mlp, data_seed);
-  if (task == "charlm") {
-    k += fmt::format("|ctx={}|batch={}|corpus={}", ctx, batch,
-                     corpus.empty() ? "tinyshakespeare" : corpus);
+namespace {
+
+// The fields of copy 1 that follow the optimizer: shape, data, device.
+std::string common_tail(const PairSpec& s) {
+  std::string k = fmt::format("|steps={}|lr={}|{}|{}|L{}-d{}-h{}-m{}|data={}",
+                              s.steps, s.lr, dtype_name(s.dtype), s.device,
+                              s.depth, s.d_model, s.heads, s.mlp, s.data_seed);
+  if (s.is_charlm()) {
+    k += fmt::format("|ctx={}|batch={}|corpus={}", s.ctx, s.batch,
+                     s.corpus.empty() ? "tinyshakespeare" : s.corpus);
   }
   return k;
+}
+
+std::string merge_text(const std::vector<int64_t>& steps) {
+  return steps.empty() ? "" : fmt::format("|merge={}", fmt::join(steps, ","));
+}
+
+}  // namespace
+
+std::string PairSpec::pair_id() const {
+  return fmt::format(
+             "{}|{}|{}|init={}|twin_seed={}|noise={}", task, opt,
+             to_string(twin), init_seed,
+             uses_twin_seed() ? fmt::format("{}", twin_seed) : "-",
+             uses_noise_scale() ? fmt::format("{}", noise_scale) : "-") +
+         common_tail(*this);
+}
+
+std::string PairSpec::key() const {
+  return pair_id() + fmt::format("|hp={}", hparams_text(hparams)) +
+         merge_text(merge_at) + fmt::format("|schema={}", kRecordSchema);
+}
+
+std::string PairSpec::reference_key() const {
+  return fmt::format("{}|{}|init={}|hp={}", task, opt, init_seed,
+                     hparams_text(hparams)) +
+         common_tail(*this) + merge_text(merge_at);
+}
+
+std::string hparams_text(const optim::Hparams& hparams) {
+  optim::Hparams sorted = hparams;  // a key must not depend on list order
+  std::sort(sorted.begin(), sorted.end());
+  std::string out;
+  for (const auto& [name, value] : sorted) {
+    out += fmt::format("{}{}={}", out.empty() ? "" : ",", name, value);
+  }
+  return out;
+}
+
+std::string hparams_difference(const optim::Hparams& a,
+                               const optim::Hparams& b) {
+  auto find = [](const optim::Hparams& h, const std::string& name) {
+    for (const auto& [n, v] : h) {
+      if (n == name)
+        return fmt::format("{}", v);
+    }
+    return std::string("missing");
+  };
+  for (const auto* list : {&a, &b}) {
+    for (const auto& [name, value] : *list) {
+      const std::string x = find(a, name), y = find(b, name);
+      if (x != y)
+        return fmt::format("{} {} vs {}", name, x, y);
+    }
+  }
+  return "";
+}
+
+std::string format_scale(double scale) {
+  std::string s = fmt::format("{:g}", scale);
+  const size_t e = s.find("e-0");
+  if (e != std::string::npos)
+    s.erase(e + 2, 1);  // 1e-07 -> 1e-7
+  return s;
+}
+
+std::string twin_label(const PairSpec& s) {
+  switch (s.twin) {
+    case TwinKind::kIdentity:
+      return "A=I";
+    case TwinKind::kNoise:
+      return "noise " + format_scale(s.noise_scale);
+    case TwinKind::kGauge:
+      break;
+  }
+  return "gauge";
+}
+
+std::string pair_label(const PairSpec& s) {
+  const std::string twin =
+      s.twin == TwinKind::kIdentity ? std::string("identity") : twin_label(s);
+  const std::string seeds =
+      s.uses_twin_seed()
+          ? fmt::format("init {}, seed {}", s.init_seed, s.twin_seed)
+          : fmt::format("init {}", s.init_seed);
+  return fmt::format("{} {} ({})", s.opt, twin, seeds);
 }
 
 }  // namespace twins

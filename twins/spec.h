@@ -1,15 +1,19 @@
 // PairSpec: everything that determines one twin pair, fully resolved (no
-// "default" left in it), and its stable key.
+// "default" left in it), its keys, and the words every report uses for it.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "optim/base.h"
 
 namespace twins {
 
-// PROTOCOL §2: how copy 2 differs from copy 1.
+// docs/protocol.md §2: how copy 2 differs from copy 1.
 enum class TwinKind {
   kGauge,     // per-head orthogonal A_h on the W_Q / W_K row blocks
   kIdentity,  // the same operation with A_h = I: must stay exactly equal
@@ -26,34 +30,79 @@ std::string dtype_name(torch::Dtype dtype);
 
 constexpr uint64_t kDefaultGaugeSeed = 777;  // Table 3's gauge draw
 constexpr uint64_t kDefaultNoiseSeed = 888;  // Table 3's noise draw
+// docs/protocol.md §2, §6: the triplet's noise twin, and the 100x stronger
+// noise twin the onset and structural ratios divide by.
+constexpr double kTripletNoiseScale = 1e-7;
+constexpr double kOnsetNoiseScale = 1e-5;
+
+// The version of the result record (docs/output-format.md). Version 1 had
+// no "schema" field and no optimizer hyperparameters; version 2 added both
+// and the checkpoints 2, 3 and 5.
+constexpr int kRecordSchema = 2;
 
 struct PairSpec {
-  std::string task = "mod47";        // mod<p> or charlm
-  std::string opt = "adam";          // a registered optimizer name
+  std::string task = "mod47";  // mod<p> or charlm
+  std::string opt = "adam";    // a registered optimizer name
+  // Every hyperparameter of `opt` but lr, as the registry builds it (or as
+  // a record read back says it was built).
+  optim::Hparams hparams;
   TwinKind twin = TwinKind::kGauge;
-  uint64_t init_seed = 42;           // torch::manual_seed before the build
-  uint64_t twin_seed = kDefaultGaugeSeed;  // gauge / noise generator seed
-  double noise_scale = 1e-7;         // noise twins: std of the perturbation
-  int64_t steps = 1500;              // training steps
-  double lr = 1e-3;                  // learning rate (resolved default)
+  uint64_t init_seed = 42;  // torch::manual_seed before the build
+  uint64_t twin_seed = kDefaultGaugeSeed;   // gauge / noise generator seed
+  double noise_scale = kTripletNoiseScale;  // noise twins: perturbation std
+  int64_t steps = 1500;                     // training steps
+  double lr = 1e-3;                         // learning rate (resolved default)
   torch::Dtype dtype = torch::kFloat;
-  std::string device = "cpu";        // cpu, cuda or cuda:N
-  int64_t depth = 2;                 // transformer blocks
-  int64_t d_model = 64;              // residual width
-  int64_t heads = 4;                 // attention heads
-  int64_t mlp = 256;                 // MLP hidden width
-  uint64_t data_seed = 42;           // split / batch-stream seed
+  std::string device = "cpu";  // cpu, cuda or cuda:N
+  int64_t depth = 2;           // transformer blocks
+  int64_t d_model = 64;        // residual width
+  int64_t heads = 4;           // attention heads
+  int64_t mlp = 256;           // MLP hidden width
+  uint64_t data_seed = 42;     // split / batch-stream seed
   // char-LM only
-  int64_t ctx = 128;                 // context length
-  int64_t batch = 32;                // windows per step
-  std::string corpus;                // text file; empty = shipped corpus
+  int64_t ctx = 128;   // context length
+  int64_t batch = 32;  // windows per step
+  std::string corpus;  // text file; empty = shipped corpus
+  // Checkpoints at which the pair also measures head merging
+  // (docs/protocol.md §9); empty: none.
+  std::vector<int64_t> merge_at;
 
   bool uses_twin_seed() const { return twin != TwinKind::kIdentity; }
   bool uses_noise_scale() const { return twin == TwinKind::kNoise; }
+  bool is_charlm() const { return task == "charlm"; }
 
-  // A stable string naming every field that changes the numbers; two specs
-  // with the same key produce bitwise the same record.
+  // Which pair this is, in words that do not depend on the code that runs
+  // it: task, optimizer name, twin, seeds, steps, lr, dtype, device, shape,
+  // data. Two records with the same pair_id but different key() describe
+  // the same pair run by different rules (another schema or other
+  // hyperparameters) and must not be mixed.
+  std::string pair_id() const;
+  // pair_id() plus the optimizer's hyperparameters, the merge checkpoints
+  // and the record schema: two specs with the same key produce bitwise the
+  // same record.
   std::string key() const;
+  // Every field that determines copy 1 (all of key() but the twin kind, the
+  // twin seed and the noise scale): pairs with the same reference key train
+  // the same copy 1, step for step.
+  std::string reference_key() const;
 };
+
+// "name=value,..." sorted by name: how hyperparameters enter a key.
+std::string hparams_text(const optim::Hparams& hparams);
+
+// The first difference between two hyperparameter lists, in words
+// ("beta2 0.99 vs 0.999", "nesterov missing vs 1"); empty when equal.
+std::string hparams_difference(const optim::Hparams& a,
+                               const optim::Hparams& b);
+
+// A noise scale as the paper writes it: 1e-7, 3e-6, 0.001.
+std::string format_scale(double scale);
+
+// The twin in a table's words: "gauge", "A=I", "noise 1e-7".
+std::string twin_label(const PairSpec& spec);
+
+// A short label of a pair: "adam gauge (init 42, seed 777)",
+// "adam noise 1e-5 (init 42, seed 888)".
+std::string pair_label(const PairSpec& spec);
 
 }  // namespace twins

@@ -1,0 +1,408 @@
+#include "bench/bench.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "data/charlm.h"
+#include "model/flops.h"
+#include "twins/defaults.h"
+#include "twins/device.h"
+#include "twins/io.h"
+#include "twins/pair.h"
+#include "twins_paths.h"  // generated: TWINS_SOURCE_DIR
+
+namespace bench {
+
+namespace fs = std::filesystem;
+using twins::dtype_name;
+using twins::PairSpec;
+using twins::set_threads;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+long minor_faults() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  return r.ru_minflt;
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  TORCH_CHECK(!v.empty(), "median of nothing");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Steps of a row: warm-up, then `repeats` timed segments of `segment` steps.
+struct Schedule {
+  int64_t warmup, segment;
+};
+
+Schedule schedule_for(const PairSpec& spec, bool quick) {
+  if (quick)
+    return {1, 2};
+  return spec.task == "charlm" ? Schedule{2, 3} : Schedule{5, 10};
+}
+
+// The Table-3 headline pair (adam gauge, init 42, gauge seed 777) at the
+// task's default shape, as a run would resolve it.
+PairSpec bench_spec(const std::string& task, torch::Dtype dtype) {
+  PairSpec s = twins::default_spec(task, "adam");
+  s.dtype = dtype;
+  return s;
+}
+
+struct RowDef {
+  std::string name;
+  std::string task;
+  torch::Dtype dtype;
+  ThreadConfig threads;
+};
+
+std::vector<RowDef> row_defs() {
+  const ThreadConfig conc{true, 1}, seq1{false, 1}, seq2{false, 2};
+  return {{"mod47-f32", "mod47", torch::kFloat, conc},
+          {"mod47-f32-seq1", "mod47", torch::kFloat, seq1},
+          {"mod47-f32-seq2", "mod47", torch::kFloat, seq2},
+          {"mod47-f64", "mod47", torch::kDouble, conc},
+          {"charlm-f32", "charlm", torch::kFloat, conc},
+          {"charlm-f64", "charlm", torch::kDouble, conc}};
+}
+
+// The model config and the (sequences, length) of one training step.
+struct StepShape {
+  model::ModelConfig cfg;
+  int64_t sequences, len;
+};
+
+StepShape step_shape(const PairSpec& spec) {
+  auto task = twins::make_task(spec, torch::kCPU);
+  StepShape s;
+  s.cfg = twins::model_config(spec, task->shape());
+  const data::Batch b = task->train_batch(1);
+  s.sequences = b.x.size(0);
+  s.len = b.x.size(1);
+  return s;
+}
+
+}  // namespace
+
+std::string ThreadConfig::name() const {
+  return concurrent ? fmt::format("2 copies x {} thread{}", threads,
+                                  threads > 1 ? "s" : "")
+                    : fmt::format("sequential, {} thread{}", threads,
+                                  threads > 1 ? "s" : "");
+}
+
+std::vector<std::string> bench_row_names() {
+  std::vector<std::string> out;
+  for (const auto& r : row_defs())
+    out.push_back(r.name);
+  return out;
+}
+
+double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
+                          int repeats) {
+  const StepShape s = step_shape(spec);
+  const auto shapes = model::training_step_matmuls(s.cfg, s.sequences, s.len);
+  const auto opts = torch::TensorOptions()
+                        .dtype(spec.dtype)
+                        .device(twins::resolve_device(spec.device));
+  const bool cuda = spec.device != "cpu";
+  struct Operands {
+    std::vector<torch::Tensor> a, b, c;
+  };
+  const int workers = threads.concurrent ? 2 : 1;
+  std::vector<Operands> ops(workers);
+  for (auto& o : ops) {
+    for (const auto& sh : shapes) {
+      o.a.push_back(torch::randn({sh.batch, sh.m, sh.k}, opts));
+      o.b.push_back(torch::randn({sh.batch, sh.k, sh.n}, opts));
+      o.c.push_back(torch::empty({sh.batch, sh.m, sh.n}, opts));
+    }
+  }
+  auto pass = [&](Operands& o) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (shapes[i].batch == 1) {
+        torch::Tensor c = o.c[i][0];
+        torch::mm_out(c, o.a[i][0], o.b[i][0]);
+      } else {
+        torch::bmm_out(o.c[i], o.a[i], o.b[i]);
+      }
+    }
+  };
+  set_threads(threads.threads);
+  std::vector<double> times;
+  for (int r = 0; r <= repeats; ++r) {  // pass 0 warms up
+    const auto t0 = Clock::now();
+    if (workers == 1) {
+      pass(ops[0]);
+    } else {
+      std::thread other([&] { pass(ops[1]); });
+      pass(ops[0]);
+      other.join();
+    }
+    if (cuda)
+      torch::cuda::synchronize();
+    if (r > 0)
+      times.push_back(seconds_since(t0));
+  }
+  return model::total_flops(shapes) * workers / median(times) / 1e9;
+}
+
+std::string eager_script_path() {
+  std::vector<fs::path> candidates;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back(exe.parent_path().parent_path() / "bench");
+    candidates.push_back(exe.parent_path() / "bench");
+  }
+  candidates.emplace_back(std::string(TWINS_SOURCE_DIR) + "/bench");
+  for (const auto& d : candidates) {
+    if (fs::exists(d / "eager_pytorch.py", ec)) {
+      return (d / "eager_pytorch.py").string();
+    }
+  }
+  return "";
+}
+
+std::string EagerSetting::name() const {
+  return fmt::format("{}/{}", torch_threads, openblas_threads);
+}
+
+std::vector<EagerSetting> eager_settings() {
+  const int cores =
+      std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  return {{1, 1}, {1, cores}, {cores, cores}};
+}
+
+double BenchRow::speedup_vs_best_eager() const {
+  if (eager_s.empty())
+    return 0;
+  return *std::min_element(eager_s.begin(), eager_s.end()) / s_per_pair_step;
+}
+
+double eager_seconds_per_pair_step(const BenchOptions& options,
+                                   const PairSpec& spec,
+                                   const EagerSetting& setting,
+                                   std::string* why) {
+  const std::string script = eager_script_path();
+  if (script.empty()) {
+    if (why)
+      *why = "bench/eager_pytorch.py not found";
+    return -1;
+  }
+  const bool lm = spec.task == "charlm";
+  const int warmup = options.quick ? 1 : lm ? 1 : 3;
+  const int timed = options.quick ? 2 : lm ? 6 : 40;
+  // Every user-supplied part of the command (the Python, the script's
+  // and the corpus's paths) quoted for the shell.
+  std::string cmd = fmt::format(
+      "OPENBLAS_NUM_THREADS={} {} {} --task {} --opt {} --twin {} "
+      "--steps {} --warmup {} --dtype {} --threads {}",
+      setting.openblas_threads, twins::shell_quoted(options.python),
+      twins::shell_quoted(script), twins::shell_quoted(spec.task),
+      twins::shell_quoted(spec.opt), to_string(spec.twin), warmup + timed,
+      warmup, dtype_name(spec.dtype), setting.torch_threads);
+  if (lm) {
+    cmd += fmt::format(
+        " --data {} --ctx {} --batch {}",
+        twins::shell_quoted(spec.corpus.empty() ? data::default_corpus_path()
+                                                : spec.corpus),
+        spec.ctx, spec.batch);
+  }
+  cmd += " 2>&1";
+  std::FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) {
+    if (why)
+      *why = "cannot start " + options.python;
+    return -1;
+  }
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe))
+    out.append(buf, n);
+  const int status = ::pclose(pipe);
+  const size_t brace = out.rfind("\n{");
+  const std::string last =
+      out.substr(brace == std::string::npos ? 0 : brace + 1);
+  auto j = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
+  if (status != 0 || j.is_discarded() || !j.contains("s_per_pair_step")) {
+    if (why) {
+      *why =
+          fmt::format("{} failed: {}", script, out.substr(0, out.find('\n')));
+    }
+    return -1;
+  }
+  return j["s_per_pair_step"].get<double>();
+}
+
+std::vector<BenchRow> run_bench(const BenchOptions& options,
+                                void (*log)(const std::string&)) {
+  TORCH_CHECK(options.repeats >= 1, "Invalid --repeats: ", options.repeats);
+  const auto known = bench_row_names();
+  for (const auto& r : options.rows) {
+    TORCH_CHECK(std::find(known.begin(), known.end(), r) != known.end(),
+                "Unknown bench row: '", r,
+                "' (known: ", fmt::format("{}", fmt::join(known, ", ")), ")");
+  }
+  twins::configure_determinism();
+  std::vector<BenchRow> rows;
+  std::map<std::string, std::vector<double>> eager;  // per eager setting
+  for (const auto& def : row_defs()) {
+    if (!options.rows.empty() &&
+        std::find(options.rows.begin(), options.rows.end(), def.name) ==
+            options.rows.end()) {
+      continue;
+    }
+    BenchRow row;
+    row.name = def.name;
+    row.threads = def.threads;
+    row.spec = bench_spec(def.task, def.dtype);
+    row.spec.device = options.device;
+    const Schedule sch = schedule_for(row.spec, options.quick);
+    row.spec.steps = sch.warmup + sch.segment * options.repeats;
+
+    set_threads(def.threads.threads);
+    twins::Lockstep pair({row.spec}, def.threads.concurrent ? 2 : 1);
+    pair.train_to(sch.warmup);
+    pair.check_losses();
+    std::vector<double> per_step;
+    const long faults_before = minor_faults();
+    for (int r = 0; r < options.repeats; ++r) {
+      const auto t0 = Clock::now();
+      pair.train_to(pair.done() + sch.segment);
+      pair.check_losses();  // includes the host synchronisation
+      per_step.push_back(seconds_since(t0) / double(sch.segment));
+    }
+    row.s_per_pair_step = median(per_step);
+    row.faults_per_pair_step = double(minor_faults() - faults_before) /
+                               double(sch.segment * options.repeats);
+    const StepShape s = step_shape(row.spec);
+    row.flops_per_pair_step =
+        2 * model::total_flops(
+                model::training_step_matmuls(s.cfg, s.sequences, s.len));
+    row.model_gflops = row.flops_per_pair_step / row.s_per_pair_step / 1e9;
+    row.roof_gflops =
+        matmul_roof_gflops(row.spec, def.threads, options.quick ? 2 : 9);
+    if (options.vs_pytorch && options.device == "cpu") {
+      // Measured once per (task, dtype) and shared by its rows.
+      const std::string key = row.spec.task + dtype_name(row.spec.dtype);
+      if (!eager.count(key)) {
+        // The median of several process runs per setting: one run of the
+        // same script can land ~40% faster or slower than the next (seen
+        // with OpenBLAS at 2 threads), so a single run is no bar.
+        const int runs = options.quick || row.spec.task == "charlm" ? 1 : 5;
+        std::string why;
+        for (const auto& setting : eager_settings()) {
+          std::vector<double> times;
+          for (int i = 0; i < runs; ++i) {
+            const double e =
+                eager_seconds_per_pair_step(options, row.spec, setting, &why);
+            TORCH_CHECK(e > 0, "--vs-pytorch: ", why);
+            times.push_back(e);
+          }
+          eager[key].push_back(median(times));
+        }
+      }
+      row.eager_s = eager[key];
+    }
+    if (log) {
+      log(fmt::format(
+          "{} on {}: {:.4f} s per pair-step ({}), {:.1f} "
+          "GFLOP/s of a {:.1f} GFLOP/s roof, {:.0f} page faults "
+          "per pair-step",
+          row.name, row.spec.device, row.s_per_pair_step, row.threads.name(),
+          row.model_gflops, row.roof_gflops, row.faults_per_pair_step));
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string format_bench_table(const std::vector<BenchRow>& rows) {
+  const std::vector<EagerSetting> settings = eager_settings();
+  std::string out =
+      fmt::format("{:<15} {:<22} {:>11} {:>9} {:>9} {:>7}", "row", "threads",
+                  "s/pair-step", "GFLOP/s", "roof", "% roof");
+  for (const auto& e : settings) {
+    out += fmt::format(" {:>10}", "eager " + e.name());
+  }
+  out += fmt::format(" {:>8}\n", "speedup");
+  for (const auto& r : rows) {
+    out +=
+        fmt::format("{:<15} {:<22} {:>11.4f} {:>9.1f} {:>9.1f} {:>6.0f}%",
+                    r.name, r.threads.name(), r.s_per_pair_step, r.model_gflops,
+                    r.roof_gflops, 100 * r.model_gflops / r.roof_gflops);
+    for (size_t i = 0; i < settings.size(); ++i) {
+      out += i < r.eager_s.size() ? fmt::format(" {:>10.4f}", r.eager_s[i])
+                                  : fmt::format(" {:>10}", "-");
+    }
+    out += r.eager_s.empty()
+               ? fmt::format(" {:>8}\n", "-")
+               : fmt::format(" {:>7.2f}x\n", r.speedup_vs_best_eager());
+  }
+  out +=
+      "s/pair-step: median over timed segments after warm-up; GFLOP/s: "
+      "matrix-multiply FLOPs of both copies (model/flops.h) per second; "
+      "roof: the same products replayed back to back at the row's threads; "
+      "eager T/B: bench/eager_pytorch.py with T LibTorch and B OpenBLAS "
+      "threads, s/pair-step, median of 5 runs (1 for charlm); speedup: best "
+      "eager / ours.\n";
+  return out;
+}
+
+nlohmann::json bench_to_json(const std::vector<BenchRow>& rows) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& r : rows) {
+    nlohmann::json row = {{"row", r.name},
+                          {"task", r.spec.task},
+                          {"dtype", dtype_name(r.spec.dtype)},
+                          {"opt", r.spec.opt},
+                          {"twin", to_string(r.spec.twin)},
+                          {"model",
+                           {{"depth", r.spec.depth},
+                            {"d_model", r.spec.d_model},
+                            {"heads", r.spec.heads},
+                            {"mlp", r.spec.mlp}}},
+                          {"concurrent_copies", r.threads.concurrent},
+                          {"threads_per_copy", r.threads.threads},
+                          {"torch_threads", r.threads.threads},
+                          {"openblas_threads", r.threads.threads},
+                          {"device", r.spec.device},
+                          {"s_per_pair_step", r.s_per_pair_step},
+                          {"faults_per_pair_step", r.faults_per_pair_step},
+                          {"flops_per_pair_step", r.flops_per_pair_step},
+                          {"model_gflops", r.model_gflops},
+                          {"roof_gflops", r.roof_gflops},
+                          {"fraction_of_roof", r.model_gflops / r.roof_gflops}};
+    if (!r.eager_s.empty()) {
+      // "torch1_openblas2": seconds per pair-step at that setting.
+      nlohmann::json e;
+      const auto settings = eager_settings();
+      for (size_t i = 0; i < r.eager_s.size() && i < settings.size(); ++i) {
+        e[fmt::format("torch{}_openblas{}", settings[i].torch_threads,
+                      settings[i].openblas_threads)] = r.eager_s[i];
+      }
+      row["eager_s_per_pair_step"] = e;
+      row["speedup_vs_best_eager"] = r.speedup_vs_best_eager();
+    }
+    j.push_back(row);
+  }
+  return j;
+}
+
+}  // namespace bench

@@ -1,0 +1,91 @@
+// The benchmark (`twin-run bench`): seconds per pair-step of the paper's
+// pairs, model FLOP/s from the analytic matrix-multiply count
+// (model/flops.h), the matrix-multiply roof of the same shapes measured in
+// the same run at the same thread settings, and optionally the eager-PyTorch
+// reference (bench/eager_pytorch.py) side by side.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "twins/spec.h"
+
+namespace bench {
+
+// How the two copies of a pair use the CPU.
+struct ThreadConfig {
+  bool concurrent = false;   // copies on two threads
+  int threads = 1;           // LibTorch intra-op = OpenBLAS threads per copy
+  std::string name() const;  // "2 copies x 1 thread" / "sequential, 2 threads"
+};
+
+struct BenchRow {
+  std::string name;      // e.g. "mod47 float32"
+  twins::PairSpec spec;  // the pair timed (steps = warm-up + timed)
+  ThreadConfig threads;
+  double s_per_pair_step = 0;      // median over timed segments
+  double flops_per_pair_step = 0;  // both copies, analytic
+  double model_gflops = 0;         // flops_per_pair_step / s_per_pair_step
+  double roof_gflops = 0;          // the step's products replayed back to back
+  // Minor page faults per pair-step over the timed segments: what the
+  // allocator settings (twins::keep_freed_memory) keep near zero on CPU.
+  double faults_per_pair_step = 0;
+  // Eager PyTorch at each thread setting of eager_settings(); empty when
+  // not measured.
+  std::vector<double> eager_s;
+  // Best eager / ours; 0 when not measured.
+  double speedup_vs_best_eager() const;
+};
+
+// A thread setting of the eager reference: LibTorch intra-op threads
+// (torch.set_num_threads) and OpenBLAS threads (OPENBLAS_NUM_THREADS; a
+// Python user who only calls torch.set_num_threads(1) gets OpenBLAS at
+// every core).
+struct EagerSetting {
+  int torch_threads = 1;
+  int openblas_threads = 1;
+  std::string name() const;  // "1/2": torch / OpenBLAS
+};
+// {1, 1}, {1, cores}, {cores, cores} (cores = 2 on this machine).
+std::vector<EagerSetting> eager_settings();
+
+struct BenchOptions {
+  std::vector<std::string> rows;  // names from bench_row_names(); empty: all
+  bool vs_pytorch = false;        // also time bench/eager_pytorch.py
+  std::string python = "/usr/bin/python3";  // with Debian's python3-torch
+  int repeats = 7;                          // timed segments per row (median)
+  bool quick = false;          // fewer steps: a smoke test, not figures
+  std::string device = "cpu";  // cpu, cuda or cuda:N: where the rows run
+};
+
+// "mod47-f32", "mod47-f32-seq1", "mod47-f32-seq2", "mod47-f64",
+// "charlm-f32", "charlm-f64".
+std::vector<std::string> bench_row_names();
+
+// Runs the rows; `log` gets a line per row as it finishes (may be null).
+std::vector<BenchRow> run_bench(const BenchOptions& options,
+                                void (*log)(const std::string&) = nullptr);
+
+std::string format_bench_table(const std::vector<BenchRow>& rows);
+nlohmann::json bench_to_json(const std::vector<BenchRow>& rows);
+
+// The roof: GFLOP/s of one model step's matrix products (shapes from
+// model::training_step_matmuls) replayed back to back in `dtype`, by one or
+// two threads at the given settings.
+double matmul_roof_gflops(const twins::PairSpec& spec,
+                          const ThreadConfig& threads, int repeats);
+
+// Median seconds per pair-step of the eager-PyTorch reference, or -1 with a
+// reason in `why` when it could not run (no python3-torch, no script).
+// One process run per call; run_bench takes the median of several.
+double eager_seconds_per_pair_step(const BenchOptions& options,
+                                   const twins::PairSpec& spec,
+                                   const EagerSetting& setting,
+                                   std::string* why);
+
+// Where bench/eager_pytorch.py is: next to the executable's tree or in the
+// source tree; empty if neither has it.
+std::string eager_script_path();
+
+}  // namespace bench

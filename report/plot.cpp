@@ -1,0 +1,477 @@
+#include "report/plot.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "report/aggregate.h"
+#include "report/summary.h"
+#include "twins/io.h"
+
+namespace report {
+
+namespace fs = std::filesystem;
+using twins::PairResult;
+using twins::PairSpec;
+using twins::shell_quoted;
+using twins::TwinKind;
+using twins::write_text_atomically;
+
+namespace {
+
+// Okabe–Ito colours; the paper draws Adam in vermilion.
+const std::map<std::string, const char*> kOptimizerColours = {
+    {"adam", "#D55E00"},
+    {"sgd", "#0072B2"},
+    {"scalar-adam", "#009E73"},
+    {"muon", "#CC79A7"},
+};
+const char* const kMoreColours[] = {"#E69F00", "#56B4E9", "#000000", "#999999",
+                                    "#F0E442"};
+
+// Values at or below this are drawn at it on the log colour scale.
+constexpr double kLogFloor = 1e-17;
+
+std::string gp_string(const std::string& s) {  // a gnuplot string literal
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Curves that share a colour, a dash pattern and one legend entry.
+struct Group {
+  std::string opt;
+  TwinKind twin;
+  double scale;
+  std::vector<const PairResult*> pairs;
+};
+
+std::vector<Group> group_pairs(const std::vector<PairResult>& results) {
+  std::vector<Group> groups;
+  for (const auto& r : results) {
+    const double scale =
+        r.spec.twin == TwinKind::kNoise ? r.spec.noise_scale : 0.0;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.opt == r.spec.opt && g.twin == r.spec.twin && g.scale == scale;
+    });
+    if (it == groups.end()) {
+      groups.push_back({r.spec.opt, r.spec.twin, scale, {}});
+      it = groups.end() - 1;
+    }
+    it->pairs.push_back(&r);
+  }
+  return groups;
+}
+
+std::string terminal(const std::string& ext, int width, int height) {
+  if (ext == ".png") {
+    return fmt::format(
+        "set terminal pngcairo size {},{} font \"sans,11\" noenhanced", width,
+        height);
+  }
+  return fmt::format(
+      "set terminal svg size {},{} font \"sans,12\" background \"#ffffff\" "
+      "noenhanced",
+      width, height);
+}
+
+// ---------------------------------------------------------------------------
+// Figure 2: drift against step
+
+// Writes one data block per pair (steps >= 1 with a positive drift: a log
+// axis has no 0) and returns the plot clauses.
+std::vector<std::string> drift_plot(
+    const std::vector<Group>& groups, const std::string& data_name,
+    std::ostream& data, std::map<std::string, std::string>& colour) {
+  std::vector<std::string> clauses;
+  int block = 0;
+  for (const auto& g : groups) {
+    const std::string label = fmt::format(
+        "{} {}{}", display_name(g.opt),
+        twins::twin_label(g.pairs.front()->spec),
+        g.pairs.size() > 1 ? fmt::format(" ({} pairs)", g.pairs.size())
+                           : std::string());
+    bool titled = false;
+    bool all_zero = true;
+    for (const auto* r : g.pairs) {
+      std::vector<std::pair<int64_t, double>> points;
+      for (const auto& c : r->curve) {
+        if (c.logit_drift != 0) {
+          all_zero = false;
+        }
+        if (c.step >= 1 && c.logit_drift > 0 && std::isfinite(c.logit_drift)) {
+          points.emplace_back(c.step, c.logit_drift);
+        }
+      }
+      if (points.empty()) {
+        continue;
+      }
+      data << "# " << pair_label(r->spec) << "\n# step logit_drift\n";
+      for (const auto& [s, v] : points) {
+        data << fmt::format("{} {:.6e}\n", s, v);
+      }
+      data << "\n\n";
+      const char* dash = g.twin == TwinKind::kGauge   ? "1"
+                         : g.twin == TwinKind::kNoise ? "3"
+                                                      : "4";
+      clauses.push_back(fmt::format(
+          "{} index {} using 1:2 with linespoints pt 7 ps 0.4 lw {} dt {} "
+          "lc rgb {} {}",
+          gp_string(data_name), block++, g.twin == TwinKind::kNoise ? 2.5 : 2,
+          dash, gp_string(colour[g.opt]),
+          titled
+              ? "notitle"
+              : "title " + gp_string(g.twin == TwinKind::kIdentity
+                                         ? label + ": NOT 0 (determinism bug)"
+                                         : label)));
+      titled = true;
+    }
+    if (!titled && all_zero) {
+      // Exactly 0 at every checkpoint: nothing to draw on log axes, so the
+      // legend says it.
+      clauses.push_back(
+          fmt::format("keyentry with points pt -1 lc rgb {} title {}",
+                      gp_string(colour[g.opt]),
+                      gp_string(label + ": exactly 0 at every step")));
+    }
+  }
+  return clauses;
+}
+
+// ---------------------------------------------------------------------------
+// Per-head QK drift (layers x heads) per optimizer
+
+struct Heatmap {
+  std::string opt;
+  int64_t layers = 0, heads = 0;
+  std::vector<double> values;  // layer-major, mean over the gauge pairs
+  size_t pairs = 0;
+};
+
+std::vector<Heatmap> qk_heatmaps(const std::vector<PairResult>& results) {
+  std::vector<Heatmap> maps;
+  const PairSpec* shape = nullptr;
+  for (const auto& r : results) {
+    if (r.spec.twin != TwinKind::kGauge || r.qk_per_head.empty()) {
+      continue;
+    }
+    if (!shape) {
+      shape = &r.spec;
+    }
+    if (r.spec.depth != shape->depth || r.spec.heads != shape->heads ||
+        static_cast<int64_t>(r.qk_per_head.size()) !=
+            shape->depth * shape->heads) {
+      continue;  // one shape per figure: the first gauge pair's
+    }
+    auto it = std::find_if(maps.begin(), maps.end(), [&](const Heatmap& m) {
+      return m.opt == r.spec.opt;
+    });
+    if (it == maps.end()) {
+      maps.push_back({r.spec.opt, shape->depth, shape->heads,
+                      std::vector<double>(r.qk_per_head.size(), 0.0), 0});
+      it = maps.end() - 1;
+    }
+    for (size_t i = 0; i < r.qk_per_head.size(); ++i) {
+      it->values[i] += r.qk_per_head[i];
+    }
+    ++it->pairs;
+  }
+  for (auto& m : maps) {
+    for (auto& v : m.values) {
+      v /= double(m.pairs);
+    }
+  }
+  return maps;
+}
+
+std::string stem_of(const std::string& out) {
+  return (fs::path(out).parent_path() / fs::path(out).stem()).string();
+}
+
+// Runs gnuplot on `script` in its directory; throws with gnuplot's first
+// error line when it fails.
+void run_gnuplot(const std::string& gnuplot, const std::string& script) {
+  const fs::path dir = fs::absolute(script).parent_path();
+  const std::string err =
+      (dir / (fs::path(script).filename().string() + ".log")).string();
+  const std::string cmd = fmt::format(
+      "cd {} && {} {} 2>{}", shell_quoted(dir.string()), shell_quoted(gnuplot),
+      shell_quoted(fs::path(script).filename().string()), shell_quoted(err));
+  const int status = std::system(cmd.c_str());
+  std::string first;
+  {
+    std::ifstream in(err);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find_first_not_of(" \t^") != std::string::npos) {
+        first = line;
+        break;
+      }
+    }
+  }
+  const bool ok = status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (ok) {
+    std::remove(err.c_str());
+  }
+  TORCH_CHECK(ok, "gnuplot failed on '", script,
+              "': ", first.empty() ? "no message" : first, " (log: ", err, ")");
+}
+
+void prepare_directory(const std::string& out) {
+  twins::make_directories(fs::path(out).parent_path().string());
+}
+
+// Runs gnuplot on f.script when there is one on PATH and checks that the
+// figures (f.drift_figure, and f.qk_figure when set) were written; without
+// gnuplot, f.message says how to draw them later.
+void draw_files(PlotFiles& f) {
+  const std::string gnuplot = find_on_path("gnuplot");
+  const std::string script = fs::path(f.script).filename().string();
+  if (gnuplot.empty()) {
+    f.message = fmt::format(
+        "gnuplot not found on PATH: wrote {} and its data; draw with "
+        "`cd {} && gnuplot {}` (Debian: apt-get install gnuplot-nox)",
+        f.script, fs::absolute(f.script).parent_path().string(), script);
+    return;
+  }
+  // Old figures out of the way, so that "drawn" means drawn now.
+  std::error_code ec;
+  fs::remove(f.drift_figure, ec);
+  if (!f.qk_figure.empty())
+    fs::remove(f.qk_figure, ec);
+  run_gnuplot(gnuplot, f.script);
+  f.drawn = fs::exists(f.drift_figure) &&
+            (f.qk_figure.empty() || fs::exists(f.qk_figure));
+  TORCH_CHECK(f.drawn, "gnuplot ran but did not write ", f.drift_figure,
+              f.qk_figure.empty() ? "" : " and " + f.qk_figure);
+}
+
+}  // namespace
+
+std::string find_on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  if (!path) {
+    return "";
+  }
+  std::stringstream dirs(path);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    if (dir.empty()) {
+      dir = ".";
+    }
+    const std::string candidate = dir + "/" + program;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return "";
+}
+
+PlotFiles plot_results(const std::vector<PairResult>& results,
+                       const std::string& out, const std::string& title) {
+  const std::string ext = fs::path(out).extension().string();
+  TORCH_CHECK(ext == ".svg" || ext == ".png", "Unknown figure format: '", out,
+              "' (the name must end in .svg or .png)");
+  TORCH_CHECK(!results.empty(), "No pairs to plot");
+  const std::string stem = stem_of(out);
+  PlotFiles f;
+  f.drift_figure = out;
+  f.qk_figure = stem + "-qk" + ext;
+  f.script = stem + ".gp";
+  f.drift_data = stem + "-drift.dat";
+  f.qk_data = stem + "-qk.dat";
+  auto name = [](const std::string& p) {
+    return fs::path(p).filename().string();
+  };
+  prepare_directory(out);
+
+  const std::vector<Group> groups = group_pairs(results);
+  std::map<std::string, std::string> colour;
+  size_t more = 0;
+  for (const auto& g : groups) {
+    if (colour.count(g.opt)) {
+      continue;
+    }
+    auto it = kOptimizerColours.find(g.opt);
+    colour[g.opt] = it != kOptimizerColours.end()
+                        ? it->second
+                        : kMoreColours[more++ % std::size(kMoreColours)];
+  }
+
+  int64_t last_step = 1;
+  for (const auto& r : results) {
+    last_step = std::max(last_step, r.spec.steps);
+  }
+  std::ostringstream drift_data;
+  drift_data << "# " << title << "\n# relative logit drift per pair; "
+             << "one block (gnuplot index) per pair\n";
+  const std::vector<std::string> clauses =
+      drift_plot(groups, name(f.drift_data), drift_data, colour);
+
+  std::ostringstream qk_data;
+  const std::vector<Heatmap> maps = qk_heatmaps(results);
+  double lo = 1, hi = 0;
+  for (const auto& m : maps) {
+    qk_data << fmt::format(
+        "# {} gauge: final QK drift, mean of {} pair(s); rows = layers, "
+        "columns = heads\n",
+        display_name(m.opt), m.pairs);
+    for (int64_t l = 0; l < m.layers; ++l) {
+      for (int64_t h = 0; h < m.heads; ++h) {
+        const double v = std::max(m.values[l * m.heads + h], kLogFloor);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+        qk_data << fmt::format("{}{:.6e}", h ? " " : "", v);
+      }
+      qk_data << "\n";
+    }
+    qk_data << "\n\n";
+  }
+  if (hi <= lo) {
+    hi = lo * 10;
+  }
+  // Labels on the darker half of the log colour scale are white.
+  const double dark =
+      std::pow(10.0, std::log10(lo) + 0.6 * (std::log10(hi) - std::log10(lo)));
+
+  std::string gp = fmt::format(
+      "# Drawn by twin-run plot; rerun with: gnuplot {}\n"
+      "# Figure 2 (paper): relative logit drift between twins against step.\n"
+      "set encoding utf8\n{}\nset output {}\n"
+      "set label 1 {} at screen 0.01, 0.96 left\n"
+      "set label 2 \"Figure 2: relative logit drift between the twins; gauge "
+      "twins solid, noise twins dotted\" at screen 0.01, 0.92 left\n"
+      "set tmargin 5\nset logscale xy\nset format y \"1e%T\"\n"
+      "set xlabel \"training step\"\n"
+      "set ylabel \"relative logit drift ‖Z − Z′‖ / mean ‖Z‖\"\n"
+      "set grid\nset key outside right top\nset xrange [1:{}]\n",
+      name(f.script), terminal(ext, 1100, 620), gp_string(name(f.drift_figure)),
+      gp_string(title), std::max<int64_t>(last_step, 2));
+  gp += clauses.empty() ? "plot NaN notitle\n" : "plot " + [&] {
+    std::string s;
+    for (size_t i = 0; i < clauses.size(); ++i) {
+      s += (i ? ", \\\n     " : "") + clauses[i];
+    }
+    return s;
+  }() + "\n";
+  gp += "unset output\nreset\n\n";
+
+  // The per-head figure: one panel per optimizer, a shared log colour scale.
+  const size_t panels = std::max<size_t>(maps.size(), 1);
+  const size_t cols = std::min<size_t>(panels, 4);
+  const size_t rows = (panels + cols - 1) / cols;
+  gp += fmt::format(
+      "# Final per-head QK drift ‖P − P′‖ / mean ‖P‖, P = W_Q,h^T W_K,h, of "
+      "the gauge twins.\n{}\nset output {}\n"
+      "set multiplot layout {},{} title {}\n"
+      "set logscale cb\nset cbrange [{:.3e}:{:.3e}]\nset format cb \"1e%T\"\n"
+      "set palette defined (0 \"#fff7bc\", 1 \"#fe9929\", 2 \"#cc4c02\", "
+      "3 \"#662506\")\n"
+      "set xlabel \"head\"\nset ylabel \"layer\"\nset yrange [] reverse\n",
+      terminal(ext, static_cast<int>(300 + 330 * cols),
+               static_cast<int>(120 + 300 * rows)),
+      gp_string(name(f.qk_figure)), rows, cols,
+      gp_string(title + ": final per-head QK drift of the gauge twins"), lo,
+      hi);
+  if (maps.empty()) {
+    gp += "set title \"no gauge pairs\"\nplot NaN notitle\n";
+  }
+  for (size_t i = 0; i < maps.size(); ++i) {
+    const Heatmap& m = maps[i];
+    gp += fmt::format(
+        "set title {}\nset xrange [-0.5:{}.5]\nset yrange [-0.5:{}.5] "
+        "reverse\nset xtics 1\nset ytics 1\n"
+        "plot {} index {} matrix with image notitle, \\\n"
+        "     '' index {} matrix using 1:2:($3 < {:.3e} ? sprintf(\"%.1e\", "
+        "$3) : \"\") with labels font \",8\" tc rgb \"#000000\" notitle, "
+        "\\\n"
+        "     '' index {} matrix using 1:2:($3 >= {:.3e} ? sprintf(\"%.1e\", "
+        "$3) : \"\") with labels font \",8\" tc rgb \"#ffffff\" "
+        "notitle\n",
+        gp_string(fmt::format("{} (mean of {} pair{})", display_name(m.opt),
+                              m.pairs, m.pairs == 1 ? "" : "s")),
+        m.heads - 1, m.layers - 1, gp_string(name(f.qk_data)), i, i, dark, i,
+        dark);
+  }
+  gp += "unset multiplot\nunset output\n";
+
+  write_text_atomically(f.drift_data, drift_data.str());
+  write_text_atomically(f.qk_data, qk_data.str());
+  write_text_atomically(f.script, gp);
+
+  draw_files(f);
+  return f;
+}
+
+PlotFiles plot_dial(const std::vector<PairResult>& results,
+                    const std::string& out, const std::string& title) {
+  const std::string ext = fs::path(out).extension().string();
+  TORCH_CHECK(ext == ".svg" || ext == ".png", "Unknown figure format: '", out,
+              "' (the name must end in .svg or .png)");
+  const std::vector<DialPoint> points = dial_points(results);
+  TORCH_CHECK(!points.empty(), "No adam-p gauge pairs to plot");
+  PlotFiles f;
+  f.drift_figure = out;
+  f.script = stem_of(out) + ".gp";
+  f.drift_data = stem_of(out) + ".dat";
+  prepare_directory(out);
+
+  std::string data = fmt::format(
+      "# {}\n# Adam-p gauge twins: relative logit drift against p ('?': "
+      "none)\n# p init step0 step1 step100 final\n",
+      title);
+  auto cell = [](double v) {
+    return v > 0 && std::isfinite(v) ? fmt::format("{:.6e}", v)
+                                     : std::string("?");
+  };
+  for (const auto& d : points) {
+    data +=
+        fmt::format("{:g} {} {} {} {} {}\n", d.p, d.init_seed, cell(d.step0),
+                    cell(d.step1), cell(d.step100), cell(d.final));
+  }
+  const std::string dat = fs::path(f.drift_data).filename().string();
+  const std::string gp = fmt::format(
+      "# Drawn by twin-run table dial --plot; rerun with: gnuplot {}\n"
+      "set encoding utf8\n{}\nset output {}\n"
+      "set label 1 {} at screen 0.01, 0.96 left\nset tmargin 4\n"
+      "set datafile missing \"?\"\n"
+      "set logscale y\nset format y \"1e%T\"\nset xrange [-0.05:1.05]\n"
+      "set xlabel \"Adam-p exponent p (0: scalar-Adam, equivariant; 1: "
+      "Adam)\"\n"
+      "set ylabel \"relative logit drift of the gauge twin\"\n"
+      "set grid\nset key outside right top\n"
+      "plot {} using 1:4 with linespoints lw 2 pt 7 lc rgb \"#D55E00\" "
+      "title \"step 1\", \\\n"
+      "     '' using 1:5 with linespoints lw 2 pt 5 lc rgb \"#0072B2\" "
+      "title \"step 100\", \\\n"
+      "     '' using 1:6 with linespoints lw 2 pt 9 lc rgb \"#009E73\" "
+      "title \"final\", \\\n"
+      "     '' using 1:3 with linespoints dt 2 lc rgb \"#999999\" "
+      "title \"step 0 (float floor)\"\n"
+      "unset output\n",
+      fs::path(f.script).filename().string(), terminal(ext, 1040, 560),
+      gp_string(fs::path(out).filename().string()), gp_string(title),
+      gp_string(dat));
+  write_text_atomically(f.drift_data, data);
+  write_text_atomically(f.script, gp);
+  draw_files(f);
+  return f;
+}
+
+}  // namespace report

@@ -1,0 +1,192 @@
+#include "report/verdict.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace report {
+
+using twins::PairResult;
+using twins::TwinKind;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool same_scale(double a, double b) {
+  return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b));
+}
+
+std::string diverged_note(const char* twin, const PairResult& r) {
+  return r.ok() ? ""
+                : fmt::format("{} diverged at step {}", twin, r.diverged_step);
+}
+
+std::string decades(double v) {
+  return std::isnan(v) ? "-" : fmt::format("{:.2f}", v);
+}
+
+}  // namespace
+
+std::string format_ratio(double v) {
+  if (std::isnan(v))
+    return "nan";
+  if (std::isinf(v))
+    return "inf";
+  return v >= 10 ? fmt::format("{:.0f}x", v) : fmt::format("{:.2g}x", v);
+}
+
+std::string verdict_label(const Verdict& v) {
+  switch (v.verdict) {
+    case VerdictClass::kEquivariant:
+      return v.chaotic ? "equivariant (chaotic)" : "equivariant";
+    case VerdictClass::kBasisDependent:
+      return "basis-dependent";
+    case VerdictClass::kInvalid:
+      return "invalid (nondeterministic)";
+    case VerdictClass::kUndetermined:
+      return "undetermined (diverged)";
+  }
+  return "?";
+}
+
+bool as_predicted(const Verdict& v, optim::Equivariance predicted) {
+  return (v.verdict == VerdictClass::kEquivariant &&
+          predicted == optim::Equivariance::kEquivariant) ||
+         (v.verdict == VerdictClass::kBasisDependent &&
+          predicted == optim::Equivariance::kBasisDependent);
+}
+
+Verdict judge(const std::vector<PairResult>& records) {
+  TORCH_CHECK(!records.empty(), "verdict: no records");
+  const std::string& opt = records.front().spec.opt;
+  const PairResult *gauge = nullptr, *identity = nullptr, *noise = nullptr,
+                   *onset = nullptr;
+  for (const auto& r : records) {
+    TORCH_CHECK(r.spec.opt == opt, "verdict: records of '", opt, "' and '",
+                r.spec.opt, "' mixed");
+    const PairResult** slot = nullptr;
+    const char* what = "";
+    switch (r.spec.twin) {
+      case TwinKind::kGauge:
+        slot = &gauge, what = "gauge";
+        break;
+      case TwinKind::kIdentity:
+        slot = &identity, what = "identity";
+        break;
+      case TwinKind::kNoise:
+        if (same_scale(r.spec.noise_scale, twins::kTripletNoiseScale)) {
+          slot = &noise, what = "noise 1e-7";
+        } else if (same_scale(r.spec.noise_scale, twins::kOnsetNoiseScale)) {
+          slot = &onset, what = "noise 1e-5";
+        } else {
+          TORCH_CHECK(false, "verdict: '", opt, "' has a noise twin at ",
+                      r.spec.noise_scale, " (expected 1e-7 and 1e-5)");
+        }
+        break;
+    }
+    TORCH_CHECK(*slot == nullptr, "verdict: '", opt, "' has two ", what,
+                " twins");
+    *slot = &r;
+  }
+  TORCH_CHECK(gauge && identity && noise && onset, "verdict: '", opt,
+              "' needs gauge, identity, noise 1e-7 and noise 1e-5 twins; "
+              "missing ",
+              !gauge      ? "gauge"
+              : !identity ? "identity"
+              : !noise    ? "noise 1e-7"
+                          : "noise 1e-5");
+
+  Verdict v;
+  v.opt = opt;
+  v.identity_max = twins::largest_drift(*identity);
+  v.gauge_step1 = twins::drift_at(*gauge, 1);
+  v.noise_step1 = twins::drift_at(*onset, 1);
+  v.onset_ratio_step1 = v.gauge_step1 / v.noise_step1;
+  // Copy 1 is the same in all four pairs: the gauge pair's tells when the
+  // rule first moved the parameters.
+  v.onset_step = twins::first_moving_step(*gauge);
+  v.gauge_onset = twins::drift_at(*gauge, v.onset_step);
+  v.noise_onset = twins::drift_at(*onset, v.onset_step);
+  v.onset_ratio = v.gauge_onset / v.noise_onset;
+  v.early_ratio = kNaN;
+  for (const auto& c : gauge->curve) {
+    if (c.step < 1 || c.step > kEarlyLastStep)
+      continue;
+    const double ratio = c.logit_drift / twins::drift_at(*onset, c.step);
+    if (std::isnan(ratio))
+      continue;
+    if (std::isnan(v.early_ratio) || ratio > v.early_ratio) {
+      v.early_ratio = ratio;
+      v.early_step = c.step;
+    }
+  }
+  v.gauge_final = twins::final_drift(*gauge);
+  v.noise_final = twins::final_drift(*noise);
+  v.track_decades = twins::tracking(*gauge, *noise);
+  for (const auto& [twin, r] :
+       {std::pair<const char*, const PairResult*>{"gauge", gauge},
+        {"identity", identity},
+        {"noise 1e-7", noise},
+        {"noise 1e-5", onset}}) {
+    const std::string n = diverged_note(twin, *r);
+    if (!n.empty())
+      v.note += (v.note.empty() ? "" : "; ") + n;
+  }
+
+  if (v.identity_max != 0) {
+    v.verdict = VerdictClass::kInvalid;
+  } else if (v.onset_step < 0 || std::isnan(v.onset_ratio)) {
+    v.verdict = VerdictClass::kUndetermined;
+  } else if (v.early_ratio > kOnsetRatioThreshold) {
+    v.verdict = VerdictClass::kBasisDependent;
+  } else {
+    v.verdict = VerdictClass::kEquivariant;
+    v.chaotic = v.gauge_final > kChaoticFinalDrift &&
+                v.track_decades <= kChaoticTrackDecades;
+  }
+  return v;
+}
+
+std::vector<Verdict> judge_all(
+    const std::vector<PairResult>& results,
+    std::vector<std::pair<std::string, size_t>>* pending) {
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<PairResult>> groups;
+  for (const auto& r : results) {
+    if (!groups.count(r.spec.opt))
+      order.push_back(r.spec.opt);
+    groups[r.spec.opt].push_back(r);
+  }
+  std::vector<Verdict> out;
+  for (const auto& opt : order) {
+    if (groups[opt].size() != 4) {  // judge() needs exactly the four twins
+      if (pending)
+        pending->emplace_back(opt, groups[opt].size());
+      continue;
+    }
+    out.push_back(judge(groups[opt]));
+  }
+  return out;
+}
+
+std::string format_verdict_line(const Verdict& v) {
+  std::string line = fmt::format(
+      "{:<13} {:<26} onset {:>6} at step {} (gauge {} / noise1e-5 {}); "
+      "largest ratio to step {}: {}; final: gauge {}, noise1e-7 {}, {} dec "
+      "apart past step {}; identity {}",
+      v.opt, verdict_label(v), format_ratio(v.onset_ratio), v.onset_step,
+      twins::format_drift(v.gauge_onset), twins::format_drift(v.noise_onset),
+      kEarlyLastStep, format_ratio(v.early_ratio),
+      twins::format_drift(v.gauge_final), twins::format_drift(v.noise_final),
+      decades(v.track_decades), kChaoticPastStep,
+      twins::format_drift(v.identity_max));
+  if (!v.note.empty())
+    line += " [" + v.note + "]";
+  return line;
+}
+
+}  // namespace report

@@ -1,0 +1,290 @@
+#include "sweep/engine.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "sweep/estimate.h"
+#include "sweep/progress.h"
+#include "twins/device.h"
+#include "twins/pair.h"
+#include "twins/record.h"
+
+namespace sweep {
+
+namespace fs = std::filesystem;
+using twins::PairSpec;
+
+// ===========================================================================
+// Groups and shards
+
+std::vector<std::vector<PairSpec>> group_pairs(
+    const std::vector<PairSpec>& pairs, bool share, int max_twins) {
+  TORCH_CHECK(max_twins >= 1, "group_pairs: max_twins ", max_twins);
+  std::vector<std::vector<PairSpec>> groups;
+  std::map<std::string, size_t> open;  // reference key -> its last group
+  for (const auto& p : pairs) {
+    const std::string ref = share ? p.reference_key() : p.key();
+    auto it = open.find(ref);
+    if (it == open.end() ||
+        groups[it->second].size() >= static_cast<size_t>(max_twins)) {
+      open[ref] = groups.size();
+      groups.push_back({p});
+    } else {
+      groups[it->second].push_back(p);
+    }
+  }
+  return groups;
+}
+
+Shard parse_shard(const std::string& text) {
+  auto number = [](const std::string& s, int* out) {
+    if (s.empty() || s.size() > 6)
+      return false;
+    for (char c : s) {
+      if (c < '0' || c > '9')
+        return false;
+    }
+    *out = std::stoi(s);
+    return true;
+  };
+  const size_t slash = text.find('/');
+  Shard s;
+  const bool ok = slash != std::string::npos &&
+                  number(text.substr(0, slash), &s.index) &&
+                  number(text.substr(slash + 1), &s.count) && s.count >= 1 &&
+                  s.index >= 1 && s.index <= s.count;
+  TORCH_CHECK(ok, "Invalid --shard: '", text,
+              "' (expected I/N with 1 <= I <= N, e.g. 1/4)");
+  return s;
+}
+
+std::vector<PairSpec> shard_of(const std::vector<PairSpec>& pairs,
+                               const Shard& shard, bool share) {
+  TORCH_CHECK(
+      shard.count >= 1 && shard.index >= 1 && shard.index <= shard.count,
+      "Invalid shard ", shard.index, "/", shard.count);
+  const auto groups = group_pairs(pairs, share);
+  std::vector<PairSpec> out;
+  for (size_t i = static_cast<size_t>(shard.index - 1); i < groups.size();
+       i += static_cast<size_t>(shard.count)) {
+    out.insert(out.end(), groups[i].begin(), groups[i].end());
+  }
+  return out;
+}
+
+// ===========================================================================
+// Resume
+
+namespace {
+
+// Why record `r` (of the same pair as `spec`) has another key, in words.
+std::string key_difference(const StoredRecord& r, const PairSpec& spec) {
+  const int schema = twins::record_schema(r.json);
+  if (schema != twins::kRecordSchema) {
+    return fmt::format(
+        "was written with record schema {} and this twin-run writes schema "
+        "{}",
+        schema, twins::kRecordSchema);
+  }
+  const std::string hp =
+      twins::hparams_difference(r.result.spec.hparams, spec.hparams);
+  if (!hp.empty()) {
+    return fmt::format(
+        "was run with other {} hyperparameters ({}: file vs this run)",
+        spec.opt, hp);
+  }
+  if (r.result.spec.merge_at != spec.merge_at) {
+    return "was run with other --merge-at steps";
+  }
+  return fmt::format("has key '{}', this run '{}'", r.key, spec.key());
+}
+
+}  // namespace
+
+std::vector<StoredRecord> job_records(const ResultsFile& file,
+                                      const std::vector<PairSpec>& pairs) {
+  std::map<std::string, const StoredRecord*> by_id;  // first of each pair
+  for (const auto& r : file.records) {
+    by_id.emplace(r.result.spec.pair_id(), &r);
+  }
+  std::vector<StoredRecord> out;
+  for (const auto& p : pairs) {
+    auto it = by_id.find(p.pair_id());
+    if (it == by_id.end())
+      continue;
+    const StoredRecord& r = *it->second;
+    TORCH_CHECK(r.key == p.key(), "results file '", file.path, "', line ",
+                r.line, ": pair '", twins::pair_label(p), "' ",
+                key_difference(r, p),
+                "; resume into a new --out (or move the file away) rather "
+                "than mix the two");
+    out.push_back(r);
+  }
+  return out;
+}
+
+// ===========================================================================
+// Running
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The pairs of `pairs` whose record `file` does not hold.
+std::vector<PairSpec> missing(const ResultsFile& file,
+                              const std::vector<PairSpec>& pairs) {
+  std::set<std::string> have;
+  for (const auto& r : job_records(file, pairs))
+    have.insert(r.key);
+  std::vector<PairSpec> todo;
+  for (const auto& p : pairs) {
+    if (!have.count(p.key()))
+      todo.push_back(p);
+  }
+  return todo;
+}
+
+}  // namespace
+
+namespace {
+
+// The groups the engine forms of `todo`: by reference when sharing, each
+// capped so that `jobs` of them fit in this machine's memory.
+std::vector<std::vector<PairSpec>> groups_of(const std::vector<PairSpec>& todo,
+                                             const EngineOptions& o) {
+  const double machine = machine_memory_bytes();
+  const int max_twins =
+      o.check_memory && machine > 0 && !todo.empty()
+          ? max_twins_per_group(todo.front(), o.jobs, o.threads, machine)
+          : 1 << 20;
+  return group_pairs(todo, o.share, max_twins);
+}
+
+}  // namespace
+
+void check_run(const std::vector<PairSpec>& pairs, const EngineOptions& o) {
+  TORCH_CHECK(o.jobs >= 1, "Invalid --jobs: ", o.jobs, " (must be >= 1)");
+  TORCH_CHECK(o.threads >= 1, "Invalid --threads: ", o.threads,
+              " (must be >= 1)");
+  if (o.check_memory)
+    check_memory(groups_of(pairs, o), o.jobs, o.threads);
+}
+
+EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
+                        const EngineOptions& o) {
+  check_run(pairs, o);
+  std::set<std::string> ids;
+  for (const auto& p : pairs) {
+    TORCH_CHECK(ids.insert(p.pair_id()).second, "job list has pair ",
+                twins::pair_label(p), " twice");
+  }
+  // Validate what is there before creating or locking anything.
+  EngineOutcome out;
+  std::vector<PairSpec> todo =
+      missing(read_results(o.results_path, /*missing_ok=*/true), pairs);
+  out.already = pairs.size() - todo.size();
+  if (!todo.empty()) {
+    const bool existed = fs::exists(o.results_path);
+    FileLock lock(o.results_path);
+    // Reread under the lock: another process may have finished pairs.
+    const ResultsFile existing =
+        read_results(o.results_path, /*missing_ok=*/true);
+    todo = missing(existing, pairs);
+    out.already = pairs.size() - todo.size();
+    if (!todo.empty()) {
+      const auto groups = groups_of(todo, o);
+      if (existing.truncated_tail) {
+        drop_truncated_tail(existing);
+        out.dropped_truncated = true;
+        if (!o.quiet) {
+          fmt::print(o.log,
+                     "{}: cut off a truncated last line (a record "
+                     "interrupted mid-write); its pair runs again\n",
+                     o.results_path);
+        }
+      }
+      if (!o.quiet && out.already > 0) {
+        fmt::print(o.log, "{}: {} of {} pairs already recorded; running {}\n",
+                   o.results_path, out.already, pairs.size(), todo.size());
+      }
+      JsonlSink sink(o.results_path);
+      Progress progress(todo.size(), groups.size(), o.quiet, o.log);
+      std::mutex mutex;  // the sink and the counters
+      std::exception_ptr error;
+      std::atomic<size_t> next{0};
+      std::atomic<bool> failed{false};
+      const auto t0 = Clock::now();
+
+      auto slot_work = [&](size_t slot) {
+        // One thread per model: a model's reductions never depend on how
+        // many models or groups run beside it.
+        twins::set_threads(1);
+        while (!failed) {
+          const size_t g = next++;
+          if (g >= groups.size())
+            return;
+          try {
+            progress.begin(slot, g, groups[g]);
+            twins::GroupOptions go;
+            go.threads = o.threads;
+            go.progress = [&](int64_t t) { progress.step(slot, t); };
+            go.pair_done = [&](const twins::PairResult& r, model::Transformer&,
+                               model::Transformer&) {
+              nlohmann::json j = twins::to_json(r);
+              if (!o.table.empty())
+                j["table"] = o.table;
+              {
+                std::lock_guard<std::mutex> lock(mutex);
+                sink.append(j);
+                ++out.ran;
+              }
+              progress.end(slot, r);
+            };
+            twins::run_group(groups[g], go);
+            progress.finish_group(slot);
+            std::lock_guard<std::mutex> lock(mutex);
+            ++out.groups;
+            out.models += groups[g].size() + 1;
+          } catch (...) {
+            progress.finish_group(slot);
+            std::lock_guard<std::mutex> lock(mutex);
+            if (!error)
+              error = std::current_exception();
+            failed = true;
+          }
+        }
+      };
+      const size_t n = std::min(static_cast<size_t>(o.jobs), groups.size());
+      if (n <= 1) {
+        slot_work(0);
+      } else {
+        std::vector<std::thread> slots;
+        for (size_t s = 0; s < n; ++s)
+          slots.emplace_back(slot_work, s);
+        for (auto& t : slots)
+          t.join();
+      }
+      out.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (error) {
+        // Leave no empty file behind when the lock created it.
+        std::error_code ec;
+        if (!existed && out.ran == 0)
+          fs::remove(o.results_path, ec);
+        std::rethrow_exception(error);
+      }
+    }
+  }
+  out.records =
+      job_records(read_results(o.results_path, /*missing_ok=*/true), pairs);
+  return out;
+}
+
+}  // namespace sweep

@@ -1,0 +1,103 @@
+// The one engine every command that trains goes through (the default run,
+// `verdict`, `table`, `merge`): a job list of PairSpecs run against a
+// results file that may already hold some of it. What it does, in order:
+//   - resume: pairs whose key the file holds are skipped; a pair the file
+//     holds under another key (another record schema, other optimizer
+//     hyperparameters, other merge checkpoints) is an error naming the
+//     difference, never a silent mix of old and new numbers;
+//   - lock: an exclusive lock on the file keeps a second process out;
+//   - grouping: pairs that train the same copy 1 (PairSpec::reference_key)
+//     form one group that trains the reference once (twins::Lockstep);
+//   - scheduling: `jobs` groups at once, `threads` models of a group at
+//     once, each model on one LibTorch / OpenBLAS thread;
+//   - records: each pair's record is appended (fsync'd) as the pair ends.
+// None of it touches a pair's numbers: a record is the same whichever
+// group, shard, job slot, thread or rerun produced it.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "sweep/results.h"
+#include "twins/spec.h"
+
+namespace sweep {
+
+// ---------------------------------------------------------------------------
+// Groups and shards
+
+// The pairs of `pairs` grouped by reference_key(), in the order of each
+// group's first pair; pairs keep their order within a group. With
+// share = false every pair is a group of its own. A group larger than
+// max_twins is split into consecutive groups of at most max_twins.
+std::vector<std::vector<twins::PairSpec>> group_pairs(
+    const std::vector<twins::PairSpec>& pairs, bool share = true,
+    int max_twins = 1 << 20);
+
+// Shard I of N, 1 <= I <= N (as `--shard I/N`, e.g. a SLURM array index).
+struct Shard {
+  int index = 1;
+  int count = 1;
+};
+
+// Parses "I/N"; throws "Invalid --shard: '3/2' (expected I/N with
+// 1 <= I <= N, e.g. 1/4)".
+Shard parse_shard(const std::string& text);
+
+// Shard I of N is a set of groups: the groups (group_pairs(pairs, share))
+// at positions I-1, I-1+N, I-1+2N, ..., flattened. No copy 1 is trained on
+// two machines, and the shards are disjoint and together cover the job list
+// exactly once — provided every shard is run with the same `share`.
+std::vector<twins::PairSpec> shard_of(const std::vector<twins::PairSpec>& pairs,
+                                      const Shard& shard, bool share = true);
+
+// ---------------------------------------------------------------------------
+// Running
+
+struct EngineOptions {
+  std::string results_path;  // JSONL; created when the first pair ends
+  int jobs = 1;              // groups at once
+  int threads = 1;           // models of a group at once
+  bool share = true;         // group pairs that share copy 1
+  std::string table;         // written as each record's "table" field
+  bool quiet = false;        // no progress
+  std::FILE* log = stderr;   // where progress and notes go
+  bool check_memory = true;  // refuse a run whose estimate cannot fit
+  // When set, both copies of every pair are saved there as it ends
+  // (twins/snapshot.h), one directory per pair.
+  std::string save_models;
+};
+
+struct EngineOutcome {
+  size_t already = 0;              // pairs found in the file, not rerun
+  size_t ran = 0;                  // pairs run now
+  size_t groups = 0;               // groups run now
+  size_t models = 0;               // models trained now (references + twins)
+  bool dropped_truncated = false;  // a crash's half line was cut off
+  double wall_s = 0;               // seconds spent running pairs
+  // The job list's records, in job-list order (those the file holds).
+  std::vector<StoredRecord> records;
+};
+
+// Checks what can be checked before anything is read or written: --jobs
+// and --threads, and (unless options.check_memory is off) that the largest
+// group fits in this machine's memory. Throws a one-line error.
+void check_run(const std::vector<twins::PairSpec>& pairs,
+               const EngineOptions& options);
+
+// Runs the pairs of `pairs` the results file does not hold yet (see the
+// top of this file). Validates the file, the job list and the memory
+// estimate before anything is created; on an error while running, no new
+// group starts, running groups finish and are recorded, then the first
+// error is rethrown (and an empty file the run created is removed).
+EngineOutcome run_sweep(const std::vector<twins::PairSpec>& pairs,
+                        const EngineOptions& options);
+
+// The records of `file` whose key is one of `pairs`', in job-list order,
+// each once. Throws when a record holds one of the pairs under another key
+// (see the top of this file), naming the file, the line and the difference.
+std::vector<StoredRecord> job_records(
+    const ResultsFile& file, const std::vector<twins::PairSpec>& pairs);
+
+}  // namespace sweep

@@ -1,0 +1,198 @@
+#include "sweep/estimate.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "data/charlm.h"
+#include "data/task.h"
+#include "model/config.h"
+#include "model/flops.h"
+#include "twins/metrics.h"
+
+namespace sweep {
+
+namespace {
+
+// One thread's rate of model matrix-multiply FLOPs on this machine
+// (`twin-run bench`, LibTorch 1.13 + OpenBLAS, one core per model; the
+// mod-47 and char-LM rows span 50-75 GFLOP/s in float32 and 23-33 in
+// float64; docs/performance.md).
+constexpr double kFlopsPerSecondF32 = 55e9;
+constexpr double kFlopsPerSecondF64 = 25e9;
+constexpr double kSetupSeconds = 0.3;  // task, build, copies, gauge
+
+// The shape of one training step and of the validation set.
+struct Shapes {
+  model::ModelConfig cfg;
+  int64_t train_sequences = 0, val_sequences = 0, len = 0;
+  int64_t vocab_out = 0;
+  int64_t val_predictions = 0;  // validation positions with a prediction
+};
+
+Shapes shapes_of(const twins::PairSpec& s) {
+  Shapes out;
+  model::ModelConfig& c = out.cfg;
+  c.depth = s.depth;
+  c.d_model = s.d_model;
+  c.heads = s.heads;
+  c.mlp = s.mlp;
+  if (s.is_charlm()) {
+    c.vocab_in = c.vocab_out = 65;  // tiny-Shakespeare; others are close
+    c.n_ctx = s.ctx;
+    c.causal = true;
+    c.last_only = false;
+    out.train_sequences = s.batch;
+    out.val_sequences = data::kValidationWindows;
+    out.len = s.ctx;
+    out.val_predictions = out.val_sequences * s.ctx;
+  } else {
+    const int64_t p = std::stoll(s.task.substr(3));
+    const int64_t train = static_cast<int64_t>(std::floor(0.4 * p * p));
+    c.vocab_in = p + 1;
+    c.vocab_out = p;
+    c.n_ctx = 3;
+    c.last_only = true;
+    out.train_sequences = train;
+    out.val_sequences = p * p - train;
+    out.len = 3;
+    out.val_predictions = out.val_sequences;
+  }
+  out.vocab_out = c.vocab_out;
+  return out;
+}
+
+double bytes_per_value(const twins::PairSpec& s) {
+  return s.dtype == torch::kDouble ? 8 : 4;
+}
+
+}  // namespace
+
+double estimate_seconds(const twins::PairSpec& s, int models) {
+  if (s.device != "cpu")
+    return std::nan("");
+  const Shapes sh = shapes_of(s);
+  const double step = model::total_flops(
+      model::training_step_matmuls(sh.cfg, sh.train_sequences, sh.len));
+  // An evaluation is a forward pass: a third of a step's products.
+  const double eval = model::total_flops(model::training_step_matmuls(
+                          sh.cfg, sh.val_sequences, sh.len)) /
+                      3;
+  const double checkpoints = double(twins::checkpoint_steps(s.steps).size());
+  const double flops =
+      double(models) * (step * double(s.steps) + eval * checkpoints);
+  const double rate =
+      s.dtype == torch::kDouble ? kFlopsPerSecondF64 : kFlopsPerSecondF32;
+  return kSetupSeconds + flops / rate;
+}
+
+double MemoryEstimate::total(int models, int threads) const {
+  return double(models) * per_model +
+         double(std::min(models, threads)) * per_training + evaluation;
+}
+
+MemoryEstimate estimate_memory(const twins::PairSpec& s) {
+  const Shapes sh = shapes_of(s);
+  const double b = bytes_per_value(s);
+  const double d = double(s.d_model), mlp = double(s.mlp);
+  const double layers = double(s.depth);
+  const double params = layers * (4 * d * d + 2 * d * mlp + 2 * d) +
+                        double(sh.cfg.vocab_in) * d + double(sh.cfg.n_ctx) * d +
+                        d + double(sh.vocab_out) * d;
+  MemoryEstimate m;
+  m.per_model = 4 * params * b;  // weights, gradients, two optimizer buffers
+  // Per token and layer, what the forward keeps for the backward and the
+  // backward's own temporaries (about as much again): the residual stream,
+  // norms, Q/K/V, attention output and projections (~12 d), the MLP's
+  // three activations (3 mlp), and the attention scores and probabilities
+  // over the context (2 heads len).
+  const double len = double(sh.len);
+  const double per_token = 2 * (12 * d + 3 * mlp + 2 * double(s.heads) * len);
+  const double tokens = double(sh.train_sequences) * len;
+  const double logits =
+      3 * double(sh.vocab_out) *
+      (sh.cfg.last_only ? double(sh.train_sequences) : tokens);
+  m.per_training = (layers * per_token * tokens + logits) * b;
+  // Evaluation: one layer's working set at a time (no gradients), plus the
+  // logits of the reference and of the model being compared.
+  const double val_tokens = double(sh.val_sequences) * len;
+  m.evaluation = (per_token / 2 * val_tokens +
+                  2 * double(sh.vocab_out) * double(sh.val_predictions)) *
+                 b;
+  return m;
+}
+
+double machine_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long size = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? double(pages) * double(size) : 0;
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s))
+    return "unknown";
+  if (s < 90)
+    return fmt::format("{:.0f} s", s);
+  if (s < 90 * 60)
+    return fmt::format("{:.0f} min", s / 60);
+  if (s < 48 * 3600)
+    return fmt::format("{:.1f} h", s / 3600);
+  return fmt::format("{:.1f} days", s / 86400);
+}
+
+std::string format_bytes(double b) {
+  if (b < 1e9)
+    return fmt::format("{:.0f} MB", b / 1e6);
+  if (b < 1e12)
+    return fmt::format("{:.1f} GB", b / 1e9);
+  return fmt::format("{:.1f} TB", b / 1e12);
+}
+
+void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
+                  int jobs, int threads) {
+  const double machine = machine_memory_bytes();
+  if (machine <= 0 || groups.empty())
+    return;
+  double worst = 0;
+  const twins::PairSpec* at = nullptr;
+  int models_at = 0;
+  for (const auto& g : groups) {
+    if (g.empty() || g.front().device != "cpu")
+      continue;
+    const int models = static_cast<int>(g.size()) + 1;
+    const double need = estimate_memory(g.front()).total(models, threads);
+    if (need > worst) {
+      worst = need;
+      at = &g.front();
+      models_at = models;
+    }
+  }
+  const double need = worst * double(std::min<size_t>(jobs, groups.size()));
+  TORCH_CHECK(
+      !at || need <= machine, "Not enough memory: about ", format_bytes(need),
+      " needed (", std::min<size_t>(jobs, groups.size()),
+      " group(s) at once of ", models_at, " models of ",
+      at ? twins::pair_label(*at) : "", ", ", at ? at->task : "", " L",
+      at ? at->depth : 0, " d", at ? at->d_model : 0,
+      at && at->is_charlm()
+          ? fmt::format(" ctx {} batch {}", at->ctx, at->batch)
+          : std::string(),
+      ") and this machine has ", format_bytes(machine),
+      "; shrink the model or context, lower --jobs / --threads, or pass "
+      "--no-memory-check if you know better");
+}
+
+int max_twins_per_group(const twins::PairSpec& spec, int jobs, int threads,
+                        double budget) {
+  const MemoryEstimate m = estimate_memory(spec);
+  const double per_group = budget / double(std::max(1, jobs));
+  const double room =
+      per_group - double(threads) * m.per_training - m.evaluation;
+  const int models =
+      m.per_model > 0 ? static_cast<int>(room / m.per_model) : 1 << 20;
+  return std::max(1, models - 1);
+}
+
+}  // namespace sweep

@@ -1,0 +1,52 @@
+// What a sweep will cost before it runs: wall time from the model's
+// matrix-multiply FLOPs (model/flops.h) at this machine's measured rate, and
+// memory from the shapes, so that a run that cannot fit is refused with
+// the figures rather than ended by the kernel's out-of-memory killer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "twins/spec.h"
+
+namespace sweep {
+
+// Seconds to train and evaluate `models` models of `spec`'s shape (one
+// reference plus its twins) for spec.steps steps on one thread of this
+// machine. Rough (about +-50 %); CUDA devices are not modelled (NaN).
+double estimate_seconds(const twins::PairSpec& spec, int models = 2);
+
+// Bytes a group of `models` models of `spec` needs with `threads` of them
+// training at once: every model's parameters, gradients and optimizer
+// state (taken as two buffers per parameter, Adam's), the activations of
+// each training step running, and one evaluation's logits and working set.
+struct MemoryEstimate {
+  double per_model = 0;     // parameters, gradients, optimizer state
+  double per_training = 0;  // activations of one model's training step
+  double evaluation = 0;    // validation forward pass and kept logits
+  double total(int models, int threads) const;
+};
+MemoryEstimate estimate_memory(const twins::PairSpec& spec);
+
+// The machine's physical memory in bytes (0 when unknown).
+double machine_memory_bytes();
+
+// "45 s", "12 min", "3.4 h", "2.1 days"; "unknown" for NaN.
+std::string format_duration(double seconds);
+// "850 MB", "3.2 GB", "1.2 TB".
+std::string format_bytes(double bytes);
+
+// Throws a one-line error naming the estimate and the machine's memory when
+// the largest group of `groups` (each a list of pairs sharing copy 1), run
+// `jobs` at a time with `threads` models each, cannot fit in this machine's
+// memory. CUDA groups are not checked (their memory is the GPU's).
+void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
+                  int jobs, int threads);
+
+// The most twins one group of `spec` may hold so that `jobs` such groups
+// with `threads` models training each fit in `budget` bytes; at least 1.
+int max_twins_per_group(const twins::PairSpec& spec, int jobs, int threads,
+                        double budget);
+
+}  // namespace sweep

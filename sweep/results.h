@@ -1,0 +1,88 @@
+// The results file: JSON lines, one record per pair (docs/output-format.md).
+// Written by a JsonlSink (each record one line in one write(2), fsync'd, so
+// a crash can only leave a truncated last line), read back by read_results,
+// guarded by a FileLock so that two processes never run into one file.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "twins/result.h"
+
+namespace sweep {
+
+class JsonlSink {
+ public:
+  // Nothing is created until the first append: a run that fails before its
+  // first pair ends leaves no file behind.
+  explicit JsonlSink(std::string path) : path_(std::move(path)) {}
+  ~JsonlSink();
+  JsonlSink(const JsonlSink&) = delete;
+  JsonlSink& operator=(const JsonlSink&) = delete;
+
+  // Writes record.dump() + '\n' in one write(2) and fsyncs; throws naming
+  // the file. Creates the parent directory when missing.
+  void append(const nlohmann::json& record);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// One record of a results file.
+struct StoredRecord {
+  std::string key;           // as written
+  twins::PairResult result;  // the record read back
+  nlohmann::json json;       // the record as written
+  int64_t line = 0;          // 1-based line number in its file
+  std::string file;          // the file it came from
+};
+
+struct ResultsFile {
+  std::string path;
+  std::vector<StoredRecord> records;  // file order, duplicates kept
+  bool truncated_tail = false;        // a last line without '\n' was ignored
+  uint64_t whole_bytes = 0;           // bytes up to and with the last '\n'
+};
+
+// Reads `path`. Throws "results file 'p' does not exist" (unless
+// missing_ok, then returns an empty file) and "results file 'p', line N:
+// ..." for a line that is not a record, except a truncated last line,
+// which is ignored (its pair counts as not recorded).
+ResultsFile read_results(const std::string& path, bool missing_ok = false);
+
+// Cuts a truncated last line off the file (the crash's half record), so
+// that appending starts on a fresh line. No-op when the file is whole.
+void drop_truncated_tail(const ResultsFile& file);
+
+// The records of several files in order, each key once: a later record of
+// a key already seen is dropped and counted in *duplicates.
+std::vector<StoredRecord> merge_records(const std::vector<ResultsFile>& files,
+                                        int* duplicates = nullptr);
+
+// The records of `files` merged, a note on `log` for a truncated last line
+// or repeated keys; throws when a file is missing or malformed, or when
+// they hold no record at all.
+std::vector<StoredRecord> read_records(const std::vector<std::string>& files,
+                                       std::FILE* log = stderr);
+
+// An exclusive, non-blocking flock on a results file for the lifetime of
+// the object; creates the file (empty) and its directory when missing.
+// Throws "results file 'p' is in use by another twin-run process" when
+// another process holds it.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace sweep

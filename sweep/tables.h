@@ -1,0 +1,72 @@
+// The named job sets (docs/protocol.md §7): the paper's Table 3, the D.5
+// multi-seed summary and the four rows of Table 9, and beyond the paper the
+// optimizer zoo and the Adam-p dial; each a fixed list of PairSpecs plus the
+// name of the layout its aggregation uses (report::parse_layout). Also the
+// job list of a verdict, which the zoo is made of.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sweep/plan.h"
+#include "twins/spec.h"
+
+namespace sweep {
+
+// What `twin-run table` lets a user change for a quick look. Zero / empty
+// means the paper's value.
+struct TableOverrides {
+  int64_t steps = 0;
+  std::string device;  // empty: cpu
+  std::string dtype;   // empty: the table's (float32 or float64)
+};
+
+struct Table {
+  std::string name;                    // table3, multiseed, table9-mod47, ...
+  std::string layout;                  // table3, multiseed, table9, zoo, dial
+  std::string title;                   // one line: what the paper calls it
+  std::vector<twins::PairSpec> pairs;  // the job list, in a fixed order
+  // Ways this job list differs from the paper's ("steps 50 (paper: 1500)");
+  // empty for the paper's configuration.
+  std::vector<std::string> deviations;
+};
+
+// table3, multiseed, table9-mod47, table9-mod97-4L, table9-mod97-6L,
+// table9-charlm, and beyond the paper zoo and dial.
+std::vector<std::string> table_names();
+
+// The job list of `name` with `overrides` applied. Throws "Unknown table:
+// 'x' (known: ...)" and the one-line errors of expand().
+Table make_table(const std::string& name, const TableOverrides& overrides = {});
+
+// The name of a table's configuration: <name>[-steps50][-float64][-cuda_0]
+// (the overrides that differ from the paper's). The default results file
+// of `twin-run table` and the merged aggregate of its shards are named
+// after it, so different configurations never share a file.
+std::string config_name(const std::string& name, const TableOverrides& o);
+
+// The overrides that reproduce `spec`'s steps / device / dtype against
+// table `name`'s defaults (to rebuild a table's job list from its records).
+TableOverrides overrides_of(const std::string& name,
+                            const twins::PairSpec& spec);
+
+// ---------------------------------------------------------------------------
+// Verdicts (docs/protocol.md §10)
+
+// Per optimizer of request.opts (adam-p resolved as by expand(): a bare
+// adam-p once per --p), in this order: gauge, identity, noise 1e-7, noise
+// 1e-5. Every other setting comes from `request`; its twins, twin seeds and
+// noise scales are replaced (default seeds: gauge 777, noise 888). Throws
+// for an empty optimizer list, an optimizer named twice, more than one init
+// seed, or anything expand() rejects.
+std::vector<twins::PairSpec> verdict_specs(PlanRequest request);
+
+// The zoo's optimizers: adam, sgd, scalar-adam, muon, rmsprop, signum,
+// lion, adafactor, shampoo, adam-p0.5.
+std::vector<std::string> zoo_optimizers();
+
+// The dial's exponents: {0, 0.125, 0.25, 0.5, 0.75, 1}.
+std::vector<double> dial_exponents();
+
+}  // namespace sweep

@@ -1,0 +1,49 @@
+# Checks the source tree as text, so that the architecture and the citation
+# rule cannot drift silently (run by CTest as SourceTree.LayeringAndCitations):
+#  1. every #include "<folder>/..." points down the dependency direction
+#     app -> {sweep, report, bench} -> twins -> {model, optim, data};
+#  2. no source cites a document outside the repository ("PROTOCOL §n",
+#     "PROTOCOL.md") or an issue number ("issue 6"): comments cite
+#     docs/protocol.md and say the reason.
+# Usage: cmake -DSOURCE_DIR=<repo> -P check_sources.cmake
+cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...)
+set(allowed_model model)
+set(allowed_data data)
+set(allowed_optim optim)
+set(allowed_twins twins model optim data)
+set(allowed_sweep sweep twins model optim data)
+set(allowed_report report twins model optim data)
+set(allowed_bench bench twins model optim data)
+set(allowed_app app sweep report bench twins model optim data)
+set(folders model data optim twins sweep report bench app)
+
+if(NOT EXISTS "${SOURCE_DIR}/twins/pair.h")
+  message(FATAL_ERROR "SOURCE_DIR '${SOURCE_DIR}' is not the twins source tree")
+endif()
+set(problems "")
+set(checked 0)
+foreach(folder ${folders})
+  file(GLOB files ${SOURCE_DIR}/${folder}/*.h ${SOURCE_DIR}/${folder}/*.cpp)
+  list(LENGTH files n)
+  math(EXPR checked "${checked} + ${n}")
+  foreach(file ${files})
+    file(STRINGS ${file} lines)
+    file(RELATIVE_PATH rel ${SOURCE_DIR} ${file})
+    foreach(line IN LISTS lines)
+      if(line MATCHES "^#include \"([a-z]+)/")
+        set(target ${CMAKE_MATCH_1})
+        if(target IN_LIST folders AND NOT target IN_LIST allowed_${folder})
+          list(APPEND problems "${rel}: includes ${target}/ against the direction")
+        endif()
+      endif()
+      if(line MATCHES "PROTOCOL( §|\\.md)" OR line MATCHES "[Ii]ssue #?[0-9]")
+        list(APPEND problems "${rel}: cites '${CMAKE_MATCH_0}' (cite docs/protocol.md, or say the reason)")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+if(problems)
+  list(JOIN problems "\n  " text)
+  message(FATAL_ERROR "source tree check failed:\n  ${text}")
+endif()
+message(STATUS "source tree: ${checked} files; every include follows the direction; no outside citations")

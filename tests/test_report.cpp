@@ -1,0 +1,530 @@
+// report/: the verdict rules on hand-made records (one case per verdict,
+// the edges of each threshold, the onset past step 1), the zoo and dial
+// aggregates and figures, and `twin-run verdict` and `twin-run table
+// zoo|dial` end to end.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "binary_helpers.h"
+#include "report/aggregate.h"
+#include "report/plot.h"
+#include "report/summary.h"
+#include "report/verdict.h"
+#include "sweep/plan.h"
+#include "sweep/tables.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using report::VerdictClass;
+using twins::PairResult;
+using twins::TwinKind;
+
+// A record with logit drift `drift[i]` at checkpoint steps[i].
+PairResult record(const std::string& opt, TwinKind twin, double scale,
+                  const std::vector<int64_t>& steps,
+                  const std::vector<double>& drift) {
+  PairResult r;
+  r.spec.opt = opt;
+  r.spec.twin = twin;
+  r.spec.noise_scale = scale;
+  r.spec.steps = steps.back();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    twins::CurvePoint c;
+    c.step = steps[i];
+    c.logit_drift = drift[i];
+    c.qk_drift_mean = c.qk_drift_max =
+        twin == TwinKind::kIdentity ? 0 : drift[i];
+    // Copy 1's validation loss falls from step 1 on: the rule moves the
+    // parameters at its first step.
+    c.val_loss = {4.0 - 1e-3 * double(steps[i]), 4.0};
+    r.curve.push_back(c);
+  }
+  r.qk_per_head.assign(8, twin == TwinKind::kIdentity ? 0.0 : drift.back());
+  return r;
+}
+
+const std::vector<int64_t> kSteps = {0, 1, 10, 50, 100, 300, 600, 1000, 1500};
+
+// The four records of one optimizer, from the drift curves of its twins.
+std::vector<PairResult> quad(
+    const std::string& opt, const std::vector<double>& gauge,
+    const std::vector<double>& noise7, const std::vector<double>& noise5,
+    const std::vector<double>& identity = std::vector<double>(9, 0.0)) {
+  return {record(opt, TwinKind::kGauge, 0, kSteps, gauge),
+          record(opt, TwinKind::kIdentity, 0, kSteps, identity),
+          record(opt, TwinKind::kNoise, 1e-7, kSteps, noise7),
+          record(opt, TwinKind::kNoise, 1e-5, kSteps, noise5)};
+}
+
+// Table 3's Adam: gauge 3.9e-3 at step 1 against a 1e-5 noise twin near
+// 2.9e-5 (onset ~134x).
+std::vector<PairResult> adam_like() {
+  return quad(
+      "adam", {1.8e-7, 3.9e-3, 0.1, 0.4, 0.67, 0.7, 0.75, 0.8, 0.81},
+      {2.4e-7, 2.9e-7, 1e-6, 5e-6, 1.1e-5, 1.2e-5, 1.3e-5, 1.4e-5, 1.5e-5},
+      {2.4e-5, 2.9e-5, 1e-4, 5e-4, 1.1e-3, 1.2e-3, 1.3e-3, 1.4e-3, 1.5e-3});
+}
+
+// Table 3's Muon: at the float floor at step 1, ends at 0.86 while its 1e-7
+// noise twin ends at 0.87.
+std::vector<PairResult> muon_like() {
+  return quad("muon", {1.8e-7, 2.2e-7, 1e-5, 1e-3, 2.2e-2, 0.3, 0.7, 0.8, 0.86},
+              {2.4e-7, 2.7e-7, 2e-5, 2e-3, 4.4e-2, 0.35, 0.72, 0.85, 0.87},
+              {2.4e-5, 2.9e-5, 1e-3, 1e-2, 0.1, 0.5, 0.8, 0.85, 0.88});
+}
+
+// Table 3's scalar-Adam: at the floor throughout.
+std::vector<PairResult> scalar_adam_like() {
+  return quad(
+      "scalar-adam",
+      {1.8e-7, 1.6e-7, 3e-7, 1e-6, 1.9e-6, 2e-6, 2.2e-6, 2.3e-6, 2.4e-6},
+      {2.4e-7, 2.9e-7, 1e-6, 5e-6, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5},
+      {2.4e-5, 2.9e-5, 1e-4, 5e-4, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3});
+}
+
+TEST(Verdict, AdamLikeRecordsAreBasisDependent) {
+  auto v = report::judge(adam_like());
+  EXPECT_EQ(v.verdict, VerdictClass::kBasisDependent);
+  EXPECT_EQ(report::verdict_label(v), "basis-dependent");
+  EXPECT_NEAR(v.onset_ratio, 3.9e-3 / 2.9e-5, 1e-9);
+  EXPECT_EQ(v.gauge_final, 0.81);
+  const std::string line = report::format_verdict_line(v);
+  for (const char* s : {"adam", "basis-dependent", "134x", "3.9e-03", "2.9e-05",
+                        "8.1e-01", "identity 0"}) {
+    EXPECT_NE(line.find(s), std::string::npos) << s << " in " << line;
+  }
+}
+
+TEST(Verdict, ScalarAdamLikeRecordsAreEquivariantNotChaotic) {
+  auto v = report::judge(scalar_adam_like());
+  EXPECT_EQ(v.verdict, VerdictClass::kEquivariant);
+  EXPECT_FALSE(v.chaotic);  // ends at 2.4e-6 < 1e-2
+  EXPECT_EQ(report::verdict_label(v), "equivariant");
+}
+
+TEST(Verdict, MuonLikeRecordsAreEquivariantChaotic) {
+  auto v = report::judge(muon_like());
+  EXPECT_EQ(v.verdict, VerdictClass::kEquivariant);
+  EXPECT_TRUE(v.chaotic);
+  EXPECT_EQ(report::verdict_label(v), "equivariant (chaotic)");
+  // Past step 100 (300..1500) the worst gap is at 300: log10(0.35 / 0.3).
+  EXPECT_NEAR(v.track_decades, std::log10(0.35 / 0.3), 1e-12);
+}
+
+TEST(Verdict, NonZeroIdentityTwinIsInvalidWhateverElse) {
+  std::vector<double> identity(9, 0.0);
+  identity[7] = 1e-9;  // one checkpoint, one bit of nondeterminism
+  auto records = adam_like();
+  records[1] = record("adam", TwinKind::kIdentity, 0, kSteps, identity);
+  auto v = report::judge(records);
+  EXPECT_EQ(v.verdict, VerdictClass::kInvalid);
+  EXPECT_EQ(report::verdict_label(v), "invalid (nondeterministic)");
+  EXPECT_EQ(v.identity_max, 1e-9);
+  // Only a per-head QK drift non-zero: still invalid.
+  records = scalar_adam_like();
+  records[1].qk_per_head[3] = 1e-12;
+  EXPECT_EQ(report::judge(records).verdict, VerdictClass::kInvalid);
+}
+
+TEST(Verdict, OnsetThresholdIsStrictlyAboveTenTimes) {
+  auto records = scalar_adam_like();
+  records[0].curve[1].logit_drift = 10 * 2.9e-5;  // exactly 10x: not above
+  EXPECT_EQ(report::judge(records).verdict, VerdictClass::kEquivariant);
+  records[0].curve[1].logit_drift = 10.01 * 2.9e-5;
+  EXPECT_EQ(report::judge(records).verdict, VerdictClass::kBasisDependent);
+}
+
+TEST(Verdict, ChaosNeedsBothTheFinalDriftAndTheTracking) {
+  // Tracking within 0.3 decades but ending below 1e-2: not chaotic.
+  auto quiet = quad("x", std::vector<double>(9, 2e-3),
+                    std::vector<double>(9, 1e-3), std::vector<double>(9, 1));
+  auto v = report::judge(quiet);
+  EXPECT_EQ(v.verdict, VerdictClass::kEquivariant);
+  EXPECT_FALSE(v.chaotic);
+  // Ending high but 0.31 decades from the noise twin at one checkpoint.
+  auto apart = muon_like();
+  apart[0].curve[6].logit_drift =
+      apart[2].curve[6].logit_drift * std::pow(10.0, 0.31);
+  EXPECT_FALSE(report::judge(apart).chaotic);
+  // Step 100 itself does not count (Muon is 0.3 decades off there).
+  auto at100 = muon_like();
+  at100[0].curve[4].logit_drift = 1e-6;
+  EXPECT_TRUE(report::judge(at100).chaotic);
+}
+
+TEST(Verdict, NoStepOneIsUndetermined) {
+  auto records = adam_like();
+  records[0].curve.resize(1);  // diverged before step 1's checkpoint
+  records[0].status = twins::PairStatus::kDiverged;
+  records[0].diverged_step = 1;
+  auto v = report::judge(records);
+  EXPECT_EQ(v.verdict, VerdictClass::kUndetermined);
+  EXPECT_NE(v.note.find("gauge diverged at step 1"), std::string::npos);
+}
+
+TEST(Verdict, MissingOrDuplicateTwinsThrow) {
+  auto records = adam_like();
+  records.pop_back();
+  EXPECT_THROW(report::judge(records), c10::Error);
+  records = adam_like();
+  records.push_back(records[0]);
+  EXPECT_THROW(report::judge(records), c10::Error);
+}
+
+TEST(Verdict, JudgeAllGroupsByOptimizerInFirstSeenOrder) {
+  std::vector<PairResult> all;
+  for (auto& group : {muon_like(), adam_like()}) {
+    for (auto& r : group)
+      all.push_back(r);
+  }
+  std::swap(all[1], all[6]);  // interleave the two optimizers
+  auto verdicts = report::judge_all(all);
+  ASSERT_EQ(verdicts.size(), 2u);
+  EXPECT_EQ(verdicts[0].opt, "muon");
+  EXPECT_TRUE(verdicts[0].chaotic);
+  EXPECT_EQ(verdicts[1].verdict, VerdictClass::kBasisDependent);
+}
+
+TEST(VerdictSpecs, FourPairsPerOptimizerInTheTripletOrder) {
+  sweep::PlanRequest r;
+  r.opts = {"adam", "adam-p"};
+  r.adam_ps = {0.25};
+  auto specs = sweep::verdict_specs(r);
+  ASSERT_EQ(specs.size(), 8u);
+  EXPECT_EQ(specs[0].twin, TwinKind::kGauge);
+  EXPECT_EQ(specs[0].twin_seed, 777u);
+  EXPECT_EQ(specs[1].twin, TwinKind::kIdentity);
+  EXPECT_EQ(specs[2].twin, TwinKind::kNoise);
+  EXPECT_EQ(specs[2].noise_scale, 1e-7);
+  EXPECT_EQ(specs[2].twin_seed, 888u);
+  EXPECT_EQ(specs[3].noise_scale, 1e-5);
+  EXPECT_EQ(specs[4].opt, "adam-p0.25");
+  r.opts = {"adam", "adam"};
+  r.adam_ps.clear();
+  EXPECT_THROW(sweep::verdict_specs(r), c10::Error);
+  r.opts = {"adam"};
+  r.init_seeds = {1, 2};
+  EXPECT_THROW(sweep::verdict_specs(r), c10::Error);
+}
+
+// SOAP-like: the rule skips its first update (copy 1 unchanged at step
+// 1), then splits the gauge twin at step 2.
+TEST(Verdict, OnsetIsTheFirstStepTheRuleMovedTheParameters) {
+  const std::vector<int64_t> steps = {0, 1, 2, 3, 5, 10, 100, 300};
+  auto four = [&](const std::vector<double>& gauge) {
+    std::vector<PairResult> r = {
+        record("soap", TwinKind::kGauge, 0, steps, gauge),
+        record("soap", TwinKind::kIdentity, 0, steps,
+               std::vector<double>(8, 0.0)),
+        record("soap", TwinKind::kNoise, 1e-7, steps,
+               {2e-7, 2e-7, 3e-7, 4e-7, 5e-7, 1e-6, 1e-5, 1e-5}),
+        record("soap", TwinKind::kNoise, 1e-5, steps,
+               {2e-5, 2e-5, 3e-5, 4e-5, 5e-5, 1e-4, 1e-3, 1e-3})};
+    for (auto& x : r)
+      x.curve[1].val_loss[0] = x.curve[0].val_loss[0];
+    return r;
+  };
+  auto v =
+      report::judge(four({1.8e-7, 1.8e-7, 3e-3, 5e-3, 8e-3, 1e-2, 0.3, 0.5}));
+  EXPECT_EQ(v.onset_step, 2);
+  EXPECT_NEAR(v.onset_ratio, 3e-3 / 3e-5, 1e-9);
+  EXPECT_NEAR(v.onset_ratio_step1, 1.8e-7 / 2e-5, 1e-12);  // the paper's
+  EXPECT_EQ(v.verdict, VerdictClass::kBasisDependent);
+  // An equivariant rule that skips step 1 stays equivariant.
+  auto e =
+      report::judge(four({1.8e-7, 1.8e-7, 2e-7, 3e-7, 3e-7, 4e-7, 1e-6, 2e-6}));
+  EXPECT_EQ(e.onset_step, 2);
+  EXPECT_EQ(e.verdict, VerdictClass::kEquivariant);
+}
+
+// Cautious-SGD-like: step 1 is plain SGD (at the floor), the mask splits
+// the twins from step 2 on; a step-1 rule would call it equivariant.
+TEST(Verdict, ASplitAfterStepOneUpToStepTenIsBasisDependent) {
+  const std::vector<int64_t> steps = {0, 1, 2, 3, 5, 10, 50, 100, 300};
+  std::vector<PairResult> r = {
+      record("c", TwinKind::kGauge, 0, steps,
+             {1.8e-7, 2e-7, 1e-5, 8e-4, 1e-3, 1.2e-3, 0.1, 0.2, 0.3}),
+      record("c", TwinKind::kIdentity, 0, steps, std::vector<double>(9, 0.0)),
+      record("c", TwinKind::kNoise, 1e-7, steps, std::vector<double>(9, 3e-7)),
+      record("c", TwinKind::kNoise, 1e-5, steps,
+             {2e-5, 2e-5, 2.5e-5, 3e-5, 4e-5, 6e-5, 1e-4, 1e-3, 1e-3})};
+  auto v = report::judge(r);
+  EXPECT_EQ(v.onset_step, 1);
+  EXPECT_LT(v.onset_ratio, 10);  // step 1 alone looks equivariant
+  EXPECT_EQ(v.early_step, 3);    // 8e-4 / 3e-5
+  EXPECT_NEAR(v.early_ratio, 8e-4 / 3e-5, 1e-9);
+  EXPECT_EQ(v.verdict, VerdictClass::kBasisDependent);
+  // The same split first seen after step 10 does not count.
+  r[0].curve[3].logit_drift = r[0].curve[4].logit_drift =
+      r[0].curve[5].logit_drift = 1e-7;
+  r[0].curve[2].logit_drift = 1e-7;
+  EXPECT_EQ(report::judge(r).verdict, VerdictClass::kEquivariant);
+}
+
+TEST(ZooTable, TenOptimizersFortyPairs) {
+  auto specs = sweep::make_table("zoo").pairs;
+  ASSERT_EQ(specs.size(), 40u);
+  EXPECT_EQ(specs.front().task, "mod47");
+  EXPECT_EQ(specs.front().dtype, torch::kFloat);
+  EXPECT_EQ(specs.back().opt, "adam-p0.5");
+  EXPECT_EQ(sweep::zoo_optimizers().size(), 10u);
+}
+
+// Hand-made dial records: step-1 drift 4e-3 * p (the floor at p = 0).
+std::vector<PairResult> dial_records() {
+  std::vector<PairResult> out;
+  for (double p : sweep::dial_exponents()) {
+    const double d1 = p == 0 ? 1.6e-7 : 4e-3 * p;
+    out.push_back(record("adam-p" + fmt::format("{}", p), TwinKind::kGauge, 0,
+                         {0, 1, 100, 1500}, {1.8e-7, d1, 100 * d1, 200 * d1}));
+    out.back().spec.lr = 1e-3;
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+TEST(DialTable, SixGaugePairsOneLrSortedByP) {
+  auto specs = sweep::make_table("dial").pairs;
+  ASSERT_EQ(specs.size(), 6u);
+  EXPECT_EQ(specs[0].opt, "adam-p0");
+  EXPECT_EQ(specs[1].opt, "adam-p0.125");
+  EXPECT_EQ(specs[5].opt, "adam-p1");
+  for (const auto& s : specs) {
+    EXPECT_EQ(s.twin, TwinKind::kGauge);
+    EXPECT_EQ(s.lr, 1e-3);
+  }
+  auto points = report::dial_points(dial_records());
+  ASSERT_EQ(points.size(), 6u);
+  EXPECT_EQ(points.front().p, 0.0);
+  EXPECT_EQ(points.back().step1, 4e-3);
+}
+
+// The text chart puts each mark where its value is: p = 1's step-1 drift
+// (4e-3) in the last column, at log10 = -2.4 (2 rows per decade from the
+// top row, 1e0, since the largest final drift is 0.8).
+TEST(DialTable, TextChartPlacesEachMarkAtItsValue) {
+  const std::string chart =
+      report::format_dial_plot(report::dial_points(dial_records()));
+  std::vector<std::string> lines;
+  for (size_t a = 0, b; (b = chart.find('\n', a)) != std::string::npos;
+       a = b + 1) {
+    lines.push_back(chart.substr(a, b - a));
+  }
+  ASSERT_GT(lines.size(), 6u);
+  const size_t prefix = 8;  // "{:>6} |"
+  const size_t last_col = prefix + 60;
+  auto mark_at = [&](size_t row, size_t col) {
+    return lines.at(1 + row).size() > col ? lines.at(1 + row)[col] : ' ';
+  };
+  EXPECT_EQ(mark_at(5, last_col), '1') << chart;  // round(2 * 2.398) = 5
+  EXPECT_EQ(mark_at(0, last_col), 'F') << chart;  // 0.8: round(0.19) = 0
+  // p = 0: step 0 (1.8e-7, row round(13.49)), step 1 (1.6e-7, row
+  // round(13.59)) and the final drift (3.2e-5, row round(8.99)).
+  EXPECT_EQ(mark_at(13, prefix), '0') << chart;
+  EXPECT_EQ(mark_at(14, prefix), '1') << chart;
+  EXPECT_EQ(mark_at(9, prefix), 'F') << chart;
+  EXPECT_EQ(lines.at(1).rfind(" 1e+00 |", 0), 0u) << chart;
+}
+
+// ---------------------------------------------------------------------------
+// `twin-run verdict` end to end
+
+using testing_helpers::fresh_dir;
+using testing_helpers::Outcome;
+using testing_helpers::slurp;
+using testing_helpers::twin_run;
+
+TEST(VerdictCli, BadInputGivesOneLineNonZeroExitAndNoFile) {
+  for (const auto& [args, mention] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"verdict --opt adamx", "adamx"},
+           {"verdict --opt adam-p1.5", "1.5"},
+           {"verdict --opt adam-p --p 1.5", "1.5"},
+           {"verdict --opt adam-p --p=-0.5", "-0.5"},
+           {"verdict --opt adam-pfoo", "adam-pfoo"},
+           {"verdict --opt adam --p 0.5", "--p"},
+           {"verdict --opt adam,adam", "adam"},
+           {"verdict", "--opt"},
+           {"--opt adam-p2", "adam-p2"},
+           {"--opt adam-p --p 7", "7"}}) {
+    const fs::path dir = fresh_dir("bad");
+    Outcome o = twin_run(args + " --steps 2 --out r.jsonl", dir);
+    EXPECT_NE(o.code, 0) << args;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << args << "\n"
+                                                               << o.err;
+    EXPECT_NE(o.err.find(mention), std::string::npos)
+        << args << " -> " << o.err;
+    EXPECT_FALSE(fs::exists(dir / "r.jsonl")) << args;
+    EXPECT_FALSE(fs::exists(dir / "runs")) << args;
+    fs::remove_all(dir);
+  }
+}
+
+TEST(VerdictCli, TinyRunPrintsOneVerdictPerOptimizerAndFourRecordsEach) {
+  const fs::path dir = fresh_dir("run");
+  Outcome o = twin_run(
+      "verdict --opt adam,sgd --task mod11 --d-model 16 --heads 4 --mlp 64 "
+      "--steps 3 --quiet --out r.jsonl",
+      dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.err, "");
+  EXPECT_NE(o.out.find("adam          basis-dependent"), std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("sgd           equivariant"), std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("predicted equivariant"), std::string::npos) << o.out;
+  std::ifstream f(dir / "r.jsonl");
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["task"], "mod11");
+    ++n;
+  }
+  EXPECT_EQ(n, 8);
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------
+// `twin-run table zoo|dial`: aggregation, figure, end to end
+
+const report::Section& only_section(const report::Aggregate& a) {
+  EXPECT_EQ(a.sections.size(), 1u);
+  return a.sections.front();
+}
+
+bool any_note_has(const report::Section& s, const std::string& text) {
+  return std::any_of(s.notes.begin(), s.notes.end(), [&](const auto& n) {
+    return n.find(text) != std::string::npos;
+  });
+}
+
+TEST(ZooTable, AggregateJudgesCompleteOptimizersAndMarksThePending) {
+  std::vector<PairResult> results;
+  for (auto& group : {adam_like(), muon_like()}) {
+    for (auto& r : group)
+      results.push_back(r);
+  }
+  auto sa = scalar_adam_like();
+  results.push_back(sa[0]);  // scalar-adam: 2 of 4 pairs so far
+  results.push_back(sa[1]);
+  const report::Aggregate a = report::aggregate(report::Layout::kZoo, results);
+  const report::Section& s = only_section(a);
+  ASSERT_EQ(s.rows.size(), 3u);
+  EXPECT_EQ(s.rows[0].labels,
+            (std::vector<std::string>{"adam", "basis-dependent",
+                                      "basis-dependent", "yes"}));
+  EXPECT_EQ(s.rows[1].labels[2], "equivariant (chaotic)");
+  EXPECT_EQ(s.rows[1].labels[3], "yes");
+  EXPECT_EQ(s.rows[2].labels[2], "pending (2 of 4 pairs)");
+  const report::Figure* onset = report::find_figure(
+      a, "zoo", "adam basis-dependent basis-dependent yes", "onset ratio");
+  ASSERT_NE(onset, nullptr);
+  EXPECT_NEAR(onset->lo, 3.9e-3 / 2.9e-5, 1e-9);
+  EXPECT_TRUE(any_note_has(s, "2 of 2 verdicts as predicted"));
+  // A rule that disagrees with its class is shown as such.
+  results = quad("scalar-adam",
+                 {1.8e-7, 3.9e-3, 0.1, 0.4, 0.67, 0.7, 0.75, 0.8, 0.81},
+                 std::vector<double>(9, 1e-5), std::vector<double>(9, 1e-4));
+  const report::Aggregate w = report::aggregate(report::Layout::kZoo, results);
+  const report::Section& wrong = only_section(w);
+  EXPECT_EQ(wrong.rows[0].labels[3], "NO");
+  EXPECT_TRUE(any_note_has(wrong, "0 of 1 verdicts as predicted"));
+}
+
+TEST(DialTable, AggregateChecksMonotonyAndTheFloatFloor) {
+  const report::Aggregate a =
+      report::aggregate(report::Layout::kDial, dial_records());
+  const report::Section& s = only_section(a);
+  ASSERT_EQ(s.rows.size(), 6u);
+  EXPECT_EQ(s.rows.front().labels[0], "0");
+  EXPECT_EQ(s.rows.back().labels[0], "1");
+  EXPECT_TRUE(any_note_has(s, "falls monotonically")) << s.notes[0];
+  EXPECT_TRUE(any_note_has(s, "it is at the float floor")) << s.notes[0];
+
+  // p = 0.25 above p = 0.5, and p = 0 far above its step-0 drift.
+  auto bent = dial_records();
+  for (auto& r : bent) {
+    if (r.spec.opt == "adam-p0.25")
+      r.curve[1].logit_drift = 5e-3;
+    if (r.spec.opt == "adam-p0")
+      r.curve[1].logit_drift = 1e-4;
+  }
+  const report::Aggregate ab = report::aggregate(report::Layout::kDial, bent);
+  const report::Section& b = only_section(ab);
+  EXPECT_TRUE(any_note_has(b, "does NOT fall monotonically")) << b.notes[0];
+  EXPECT_TRUE(any_note_has(b, "NOT at the float floor")) << b.notes[0];
+}
+
+TEST(DialTable, FigureOfDriftAgainstP) {
+  const fs::path dir = fresh_dir("dialplot");
+  const report::PlotFiles f =
+      report::plot_dial(dial_records(), (dir / "dial.svg").string(), "dial");
+  const std::string data = slurp(f.drift_data);
+  EXPECT_NE(data.find("0.125 42 1.800000e-07 5.000000e-04"), std::string::npos)
+      << data;
+  EXPECT_NE(slurp(f.script).find("step 1"), std::string::npos);
+  if (!report::find_on_path("gnuplot").empty()) {
+    ASSERT_TRUE(f.drawn);
+    const std::string svg = slurp(dir / "dial.svg");
+    EXPECT_NE(svg.find("<svg"), std::string::npos);
+    EXPECT_NE(svg.find("step 100"), std::string::npos);
+  } else {
+    EXPECT_NE(f.message.find("gnuplot not found"), std::string::npos);
+  }
+  EXPECT_THROW(report::plot_dial(adam_like(), (dir / "x.svg").string(), "x"),
+               c10::Error);
+  fs::remove_all(dir);
+}
+
+int jsonl_lines(const fs::path& p) {
+  std::ifstream f(p);
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line))
+    n += !line.empty();
+  return n;
+}
+
+TEST(TableCli, ZooAndDialRunEndToEndAndAggregate) {
+  const fs::path dir = fresh_dir("tables");
+  Outcome zoo =
+      twin_run("table zoo --steps 2 --jobs 2 --quiet --out zoo.jsonl", dir);
+  ASSERT_EQ(zoo.code, 0) << zoo.err;
+  EXPECT_EQ(jsonl_lines(dir / "zoo.jsonl"), 40);
+  const std::string md = slurp(dir / "zoo.md");
+  EXPECT_NE(md.find("of 10 verdicts as predicted"), std::string::npos) << md;
+  EXPECT_NE(md.find("not the paper's configuration"), std::string::npos)
+      << md;  // --steps 2
+  for (const auto& opt : sweep::zoo_optimizers()) {
+    EXPECT_NE(md.find("| " + opt + " |"), std::string::npos) << opt;
+  }
+
+  Outcome dial =
+      twin_run("table dial --steps 2 --plot --quiet --out dial.jsonl", dir);
+  ASSERT_EQ(dial.code, 0) << dial.err;
+  EXPECT_EQ(jsonl_lines(dir / "dial.jsonl"), 6);
+  EXPECT_NE(slurp(dir / "dial.md").find("Step-1 drift"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "dial-dial.gp"));
+  if (!report::find_on_path("gnuplot").empty()) {
+    EXPECT_TRUE(fs::exists(dir / "dial-dial.svg"));
+  }
+  // Re-aggregating the file alone finds the dial layout again.
+  Outcome again = twin_run("table --aggregate dial.jsonl", dir);
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("Adam-p gauge twins"), std::string::npos)
+      << again.out;
+  fs::remove_all(dir);
+}
+
+}  // namespace

@@ -1,0 +1,116 @@
+#include "twins/result.h"
+
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace twins {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double mean(const std::vector<double>& v) {
+  if (v.empty())
+    return kNaN;
+  double s = 0;
+  for (double x : v)
+    s += x;
+  return s / double(v.size());
+}
+
+}  // namespace
+
+const char* to_string(PairStatus status) {
+  return status == PairStatus::kOk ? "ok" : "diverged";
+}
+
+PairStatus parse_pair_status(const std::string& text) {
+  if (text == "ok")
+    return PairStatus::kOk;
+  if (text == "diverged")
+    return PairStatus::kDiverged;
+  TORCH_CHECK(false, "Unknown pair status: '", text, "' (known: ok, diverged)");
+}
+
+double drift_at(const PairResult& r, int64_t step) {
+  for (const auto& c : r.curve) {
+    if (c.step == step)
+      return c.logit_drift;
+  }
+  return kNaN;
+}
+
+double final_drift(const PairResult& r) {
+  if (!r.ok() || r.curve.empty() || r.curve.back().step != r.spec.steps) {
+    return kNaN;
+  }
+  return r.curve.back().logit_drift;
+}
+
+double final_qk_drift(const PairResult& r) {
+  return mean(r.qk_per_head);
+}
+
+double largest_drift(const PairResult& r) {
+  double worst = 0;
+  auto take = [&](double v) {
+    if (std::isnan(worst))
+      return;
+    worst = std::isnan(v) ? v : std::max(worst, std::abs(v));
+  };
+  for (const auto& c : r.curve) {
+    take(c.logit_drift);
+    take(c.qk_drift_max);
+  }
+  for (double v : r.qk_per_head)
+    take(v);
+  return worst;
+}
+
+std::vector<double> decades_apart(const PairResult& gauge,
+                                  const PairResult& noise, int64_t past_step) {
+  std::vector<double> out;
+  for (const auto& c : gauge.curve) {
+    if (c.step <= past_step)
+      continue;
+    const double g = c.logit_drift, n = drift_at(noise, c.step);
+    if (!std::isfinite(g) || !std::isfinite(n))
+      continue;
+    out.push_back(g == n ? 0.0 : std::abs(std::log10(g / n)));
+  }
+  return out;
+}
+
+double chaos_metric(const PairResult& gauge, const PairResult& noise) {
+  return mean(decades_apart(gauge, noise));
+}
+
+double tracking(const PairResult& gauge, const PairResult& noise) {
+  const std::vector<double> d = decades_apart(gauge, noise);
+  return d.empty() ? kNaN : *std::max_element(d.begin(), d.end());
+}
+
+int64_t first_moving_step(const PairResult& r) {
+  if (r.curve.empty() || r.curve.front().step != 0)
+    return -1;
+  const double start = r.curve.front().val_loss[0];
+  for (const auto& c : r.curve) {
+    if (c.step > 0 && c.val_loss[0] != start)
+      return c.step;
+  }
+  return -1;
+}
+
+std::string format_drift(double v) {
+  if (std::isnan(v))
+    return "nan";
+  if (v == 0)
+    return "0";
+  return fmt::format("{:.1e}", v);
+}
+
+}  // namespace twins

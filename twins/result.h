@@ -1,0 +1,104 @@
+// What one pair produced, and the one vocabulary every report reads it
+// with: the drift at a step, the final drift, the log-ratio of two curves
+// past step 100 (the paper's chaos metric is its mean, the verdict's
+// tracking its maximum), the largest drift anywhere, the step at which a
+// rule first moved the parameters. Defined once here; the summaries, the
+// aggregates, the verdict, the plots and the progress lines all call these.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "twins/metrics.h"
+#include "twins/spec.h"
+
+namespace twins {
+
+enum class PairStatus {
+  kOk,        // trained through every step
+  kDiverged,  // stopped at the first non-finite training loss
+};
+const char* to_string(PairStatus status);  // "ok", "diverged"
+// Throws naming the value for anything else.
+PairStatus parse_pair_status(const std::string& text);
+
+// Head merging at one checkpoint (docs/protocol.md §9); filled only for
+// specs with merge_at steps.
+struct MergePoint {
+  int64_t step = 0;
+  std::vector<double> lambdas;     // 0, 0.1, ..., 1
+  std::vector<double> loss_naive;  // validation loss along lambda
+  std::vector<double> acc_naive;
+  std::vector<double> loss_aligned;  // copy 2 aligned per head first
+  std::vector<double> acc_aligned;
+  double barrier_naive = 0;  // max_l L(l) - linear interpolation
+  double barrier_aligned = 0;
+  std::vector<double> residual_per_head;  // ||W1 - R W2|| / ||W1||
+  double residual_mean = 0, residual_max = 0;
+  // ||R_h - A_h^T||_F for gauge twins (empty otherwise).
+  std::vector<double> rotation_error_per_head;
+  double rotation_error_mean = 0, rotation_error_max = 0;  // NaN if none
+  double qk_drift_mean = 0, qk_drift_max = 0;  // the invariant's drift
+};
+
+struct PairResult {
+  PairSpec spec;
+  std::vector<CurvePoint> curve;       // one per checkpoint, step 0 first
+  std::vector<double> qk_per_head;     // final, layer-major
+  std::array<double, 2> val_acc{};     // final, copy 1 / copy 2
+  std::array<double, 2> val_loss{};    // final
+  std::array<double, 2> train_loss{};  // loss of the last training step
+  PairStatus status = PairStatus::kOk;
+  int64_t diverged_step = -1;      // first step with a non-finite loss
+  std::vector<MergePoint> merges;  // at spec.merge_at, in step order
+  double wall_s = 0;               // seconds from its group's start to its end
+  int group_pairs = 1;             // pairs that shared its copy 1's training
+  std::string torch_version;
+
+  bool ok() const { return status == PairStatus::kOk; }
+};
+
+// The logit drift at checkpoint `step`; NaN when the curve has none.
+double drift_at(const PairResult& r, int64_t step);
+
+// The drift at the end of training (step spec.steps); NaN for a pair that
+// did not get there (diverged).
+double final_drift(const PairResult& r);
+
+// The mean over heads of the final QK drift.
+double final_qk_drift(const PairResult& r);
+
+// The largest |drift| anywhere in the record: logit and QK drift at every
+// checkpoint and the final per-head QK drift. A NaN is returned as NaN (it
+// counts as non-zero). What an identity twin must keep at exactly 0.
+double largest_drift(const PairResult& r);
+
+// |log10(gauge / noise)| at every checkpoint after `past_step` that both
+// curves have with finite drifts (0 where the two are equal, infinity where
+// exactly one is 0): how far a gauge twin is from its noise twin, in
+// decades.
+std::vector<double> decades_apart(const PairResult& gauge,
+                                  const PairResult& noise,
+                                  int64_t past_step = 100);
+
+// The paper's chaos metric (docs/protocol.md §6): the mean of decades_apart;
+// NaN when there is no such checkpoint.
+double chaos_metric(const PairResult& gauge, const PairResult& noise);
+
+// The verdict's tracking (docs/protocol.md §10): the maximum of
+// decades_apart; NaN when there is no such checkpoint.
+double tracking(const PairResult& gauge, const PairResult& noise);
+
+// The first checkpoint after step 0 at which copy 1's validation loss
+// differs from step 0's: where the rule first moved the parameters (step 1
+// for most rules; later for a rule that skips its first update). -1 when
+// none does.
+int64_t first_moving_step(const PairResult& r);
+
+// A drift in a progress line or a plain-text table: "0" for exact zero,
+// "nan", else two significant digits in e-notation ("3.9e-03").
+std::string format_drift(double v);
+
+}  // namespace twins
