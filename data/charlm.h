@@ -40,7 +40,6 @@ class CharLM : public Task {
   TaskShape shape() const override;
   Batch train_batch(int64_t step) const override;
   const Batch& validation() const override { return val_; }
-  std::string family() const override { return "charlm"; }
 
   int64_t vocab_size() const { return vocab_size_; }
   // (steps, batch) int64 start offsets into the training split, on CPU.

@@ -15,7 +15,6 @@ class ModularAddition : public Task {
   TaskShape shape() const override;
   Batch train_batch(int64_t /*step*/) const override { return train_; }
   const Batch& validation() const override { return val_; }
-  std::string family() const override { return "mod"; }
 
   int64_t modulus() const { return p_; }
 

@@ -31,8 +31,6 @@ class Task {
   // Training batch of step t (t counts from 1), already on the task's device.
   virtual Batch train_batch(int64_t step) const = 0;
   virtual const Batch& validation() const = 0;
-  // "mod" or "charlm": selects the task's column of the learning-rate table.
-  virtual std::string family() const = 0;
 };
 
 // Everything a task may need; fields a task does not use are ignored.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -200,7 +201,14 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
     todo = missing(existing, pairs);
     out.already = pairs.size() - todo.size();
     if (!todo.empty()) {
-      const auto groups = groups_of(todo, o);
+      // Largest groups first: with several job slots the longest work
+      // starts early and the small groups fill in (a group's cost is about
+      // its number of models).
+      auto groups = groups_of(todo, o);
+      std::stable_sort(groups.begin(), groups.end(),
+                       [](const auto& a, const auto& b) {
+                         return a.size() > b.size();
+                       });
       if (existing.truncated_tail) {
         drop_truncated_tail(existing);
         out.dropped_truncated = true;

@@ -83,13 +83,6 @@ CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
   return c;
 }
 
-CurvePoint measure(model::Transformer& m1, model::Transformer& m2,
-                   const data::Task& task, int64_t step) {
-  const Evaluation e1 = evaluate(m1, task);
-  const Evaluation e2 = evaluate(m2, task);
-  return compare(e1, m1, e2, m2, step);
-}
-
 std::vector<int64_t> checkpoint_steps(int64_t steps) {
   std::vector<int64_t> out;
   for (int64_t s :

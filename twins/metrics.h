@@ -41,14 +41,11 @@ struct Evaluation {
 Evaluation evaluate(model::Transformer& m, const data::Task& task);
 
 // The checkpoint of two models from their evaluations (e1 of m1, e2 of
-// m2): what measure() returns, without evaluating either again.
+// m2), neither evaluated again: copy 1 is evaluated once per checkpoint and
+// compared with every twin of its group.
 CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
                    const Evaluation& e2, const model::Transformer& m2,
                    int64_t step);
-
-// Evaluates both models on the task's validation set and compares them.
-CurvePoint measure(model::Transformer& m1, model::Transformer& m2,
-                   const data::Task& task, int64_t step);
 
 // The checkpoint steps: {0, 1, 2, 3, 5, 10, 50, 100, 300, 600, 1000, 1500,
 // 2000, 3000} within [0, steps], plus `steps` itself. Steps 2, 3 and 5 let
