@@ -1,0 +1,362 @@
+#include "twins/merge.h"
+
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+#include "model/loss.h"
+#include "twins/gauge.h"
+#include "twins/metrics.h"
+
+namespace twins {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr int kLambdaSteps = 10;  // lambda = i / 10, docs/protocol.md §9
+
+// Mean and max over heads; a NaN stays visible in the max.
+void summarise(const std::vector<double>& v, double* mean, double* max) {
+  if (v.empty()) {
+    *mean = *max = kNaN;
+    return;
+  }
+  double sum = 0, mx = 0;
+  for (double x : v) {
+    sum += x;
+    if (std::isnan(x) || x > mx)
+      mx = x;
+  }
+  *mean = sum / double(v.size());
+  *max = mx;
+}
+
+// Symmetric bitwise and without an eigenvalue below round-off of zero.
+bool symmetric_psd(const torch::Tensor& M) {
+  if (!torch::equal(M, M.t()))
+    return false;
+  const torch::Tensor ev = torch::linalg_eigvalsh(M, "L");
+  const double scale = ev.abs().max().item<double>();
+  const double tol = double(M.size(0)) * DBL_EPSILON * scale;
+  return ev.min().item<double>() >= -tol;
+}
+
+// [W_Q,h | W_K,h] of one head: (hd, 2d) in float64 on the CPU.
+torch::Tensor stacked_head(const model::Transformer& m, int64_t layer,
+                           int64_t head) {
+  return torch::cat({m->query_block(layer, head), m->key_block(layer, head)}, 1)
+      .to(torch::kCPU, torch::kDouble);
+}
+
+// A fresh model of m's shape, dtype and device; its weights are overwritten
+// by the caller. model::build serialises on the global generator, so pairs
+// built on other threads meanwhile keep their seed's weights.
+model::Transformer scratch_like(const model::Transformer& m) {
+  const torch::Tensor& p = m->tok_emb;
+  return model::build(m->config(), 0, p.scalar_type(), p.device());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Alignment
+
+torch::Tensor procrustes(const torch::Tensor& M_in) {
+  TORCH_CHECK(M_in.dim() == 2 && M_in.size(0) == M_in.size(1),
+              "procrustes: M must be square, got ", M_in.sizes());
+  const torch::Tensor M = M_in.detach().to(torch::kCPU, torch::kDouble);
+  TORCH_CHECK(torch::isfinite(M).all().item<bool>(),
+              "procrustes: M has non-finite entries");
+  const int64_t n = M.size(0);
+  // I maximises tr(R^T M) = tr M when M is symmetric PSD, and is the
+  // closest-to-I optimum when M is also singular (M = 0 included).
+  if (n == 0 || symmetric_psd(M)) {
+    return torch::eye(n, torch::kDouble);
+  }
+  auto [U, S, Vh] = torch::linalg_svd(M, /*full_matrices=*/true);
+  // Numerical rank as numpy.linalg.matrix_rank: s > n * eps * s_max.
+  const double tol = double(n) * DBL_EPSILON * S[0].item<double>();
+  const int64_t r = (S > tol).sum().item<int64_t>();
+  torch::Tensor R = U.narrow(1, 0, r).mm(Vh.narrow(0, 0, r));
+  if (r == n)
+    return R;
+  // Null spaces: U0 spans ker M^T, V0 spans ker M. Any R0 = U0 Q V0^T with Q
+  // orthogonal completes an optimum; tr(U0 Q V0^T) = tr(Q^T (U0^T V0)) is
+  // largest for Q = procrustes(U0^T V0).
+  const torch::Tensor U0 = U.narrow(1, r, n - r);       // (n, k)
+  const torch::Tensor V0 = Vh.narrow(0, r, n - r).t();  // (n, k)
+  const torch::Tensor Q = procrustes(U0.t().mm(V0));    // (k, k)
+  return R + U0.mm(Q).mm(V0.t());
+}
+
+Alignment align_heads(const model::Transformer& m1,
+                      const model::Transformer& m2, const HeadMatrices* gauge) {
+  torch::NoGradGuard no_grad;
+  const auto& cfg = m1->config();
+  const auto& cfg2 = m2->config();
+  TORCH_CHECK(cfg.depth == cfg2.depth && cfg.heads == cfg2.heads &&
+                  cfg.d_model == cfg2.d_model,
+              "align_heads: the two models have different shapes");
+  if (gauge != nullptr) {
+    TORCH_CHECK(static_cast<int64_t>(gauge->size()) == cfg.depth,
+                "align_heads: ", gauge->size(),
+                " layers of gauge matrices for depth ", cfg.depth);
+  }
+  Alignment a;
+  std::vector<double> unaligned;
+  for (int64_t l = 0; l < cfg.depth; ++l) {
+    a.rotation.emplace_back();
+    if (gauge != nullptr) {
+      TORCH_CHECK(static_cast<int64_t>((*gauge)[l].size()) == cfg.heads,
+                  "align_heads: ", (*gauge)[l].size(), " gauge matrices for ",
+                  cfg.heads, " heads");
+    }
+    for (int64_t h = 0; h < cfg.heads; ++h) {
+      const torch::Tensor w1 = stacked_head(m1, l, h);  // (hd, 2d)
+      const torch::Tensor w2 = stacked_head(m2, l, h);
+      const torch::Tensor R = procrustes(w1.mm(w2.t()));  // (hd, hd)
+      const double n1 = w1.norm().item<double>();
+      a.residual.push_back((w1 - R.mm(w2)).norm().item<double>() / n1);
+      unaligned.push_back((w1 - w2).norm().item<double>() / n1);
+      if (gauge != nullptr) {
+        const torch::Tensor A = (*gauge)[l][h].to(torch::kCPU, torch::kDouble);
+        a.rotation_error.push_back((R - A.t()).norm().item<double>());
+      }
+      a.rotation.back().push_back(R);
+    }
+  }
+  summarise(a.residual, &a.residual_mean, &a.residual_max);
+  summarise(unaligned, &a.unaligned_residual_mean, &a.unaligned_residual_max);
+  summarise(a.rotation_error, &a.rotation_error_mean, &a.rotation_error_max);
+  return a;
+}
+
+void apply_alignment(model::Transformer& m, const HeadMatrices& rotation) {
+  torch::NoGradGuard no_grad;
+  const auto& cfg = m->config();
+  TORCH_CHECK(static_cast<int64_t>(rotation.size()) == cfg.depth,
+              "apply_alignment: ", rotation.size(), " layers of rotations for ",
+              "depth ", cfg.depth);
+  for (int64_t l = 0; l < cfg.depth; ++l) {
+    TORCH_CHECK(static_cast<int64_t>(rotation[l].size()) == cfg.heads,
+                "apply_alignment: ", rotation[l].size(), " rotations for ",
+                cfg.heads, " heads");
+    for (int64_t h = 0; h < cfg.heads; ++h) {
+      for (torch::Tensor w : {m->query_block(l, h), m->key_block(l, h)}) {
+        const torch::Tensor R = rotation[l][h].to(w.device(), torch::kDouble);
+        w.copy_(R.mm(w.to(torch::kDouble)).to(w.scalar_type()));
+      }
+    }
+  }
+}
+
+HeadMatrices twin_gauge(const PairSpec& spec) {
+  if (spec.twin != TwinKind::kGauge)
+    return {};
+  return gauge_matrices(spec.depth, spec.heads, spec.d_model / spec.heads,
+                        spec.twin_seed);
+}
+
+// ---------------------------------------------------------------------------
+// Interpolation and the loss barrier
+
+void interpolate(const model::Transformer& m1, const model::Transformer& m2,
+                 double lambda, model::Transformer& out) {
+  torch::NoGradGuard no_grad;
+  const auto p1 = m1->parameters(), p2 = m2->parameters();
+  auto po = out->parameters();
+  TORCH_CHECK(p1.size() == p2.size() && p1.size() == po.size(),
+              "interpolate: ", p1.size(), ", ", p2.size(), " and ", po.size(),
+              " parameters");
+  for (size_t i = 0; i < po.size(); ++i) {
+    TORCH_CHECK(
+        p1[i].sizes() == p2[i].sizes() && p1[i].sizes() == po[i].sizes(),
+        "interpolate: parameter ", i, " has shapes ", p1[i].sizes(), ", ",
+        p2[i].sizes(), " and ", po[i].sizes());
+    // (1 - 0) x + 0 y = x and 0 x + 1 y = y exactly for finite x, y.
+    const torch::Tensor t = (1.0 - lambda) * p1[i].to(torch::kDouble) +
+                            lambda * p2[i].to(torch::kDouble);
+    po[i].copy_(t);
+  }
+}
+
+Evaluation evaluate(model::Transformer& m, const data::Task& task) {
+  torch::NoGradGuard no_grad;
+  const data::Batch& val = task.validation();
+  const torch::Tensor z = m->forward(val.x);
+  Evaluation e;
+  e.loss = model::cross_entropy(z, val.y).item<double>();
+  e.acc = z.argmax(-1).eq(val.y).to(torch::kDouble).mean().item<double>();
+  return e;
+}
+
+std::vector<double> merge_lambdas() {
+  std::vector<double> l;
+  for (int i = 0; i <= kLambdaSteps; ++i)
+    l.push_back(i / double(kLambdaSteps));
+  return l;
+}
+
+double loss_barrier(const std::vector<double>& lambdas,
+                    const std::vector<double>& losses) {
+  TORCH_CHECK(lambdas.size() == losses.size() && lambdas.size() >= 2,
+              "loss_barrier: ", lambdas.size(), " lambdas and ", losses.size(),
+              " losses");
+  const double l0 = losses.front(), l1 = losses.back();
+  double b = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    if (!std::isfinite(losses[i]))
+      return kNaN;
+    const double lam = lambdas[i];
+    b = std::max(b, losses[i] - ((1 - lam) * l0 + lam * l1));
+  }
+  return b;
+}
+
+LossPath loss_path(model::Transformer& m1, model::Transformer& m2,
+                   const data::Task& task) {
+  const std::vector<double> lambdas = merge_lambdas();
+  model::Transformer scratch = scratch_like(m1);
+  LossPath p;
+  for (size_t i = 0; i < lambdas.size(); ++i) {
+    Evaluation e;
+    if (i == 0) {
+      e = evaluate(m1, task);
+    } else if (i + 1 == lambdas.size()) {
+      e = evaluate(m2, task);
+    } else {
+      interpolate(m1, m2, lambdas[i], scratch);
+      e = evaluate(scratch, task);
+    }
+    p.loss.push_back(e.loss);
+    p.acc.push_back(e.acc);
+  }
+  p.barrier = loss_barrier(lambdas, p.loss);
+  return p;
+}
+
+// ---------------------------------------------------------------------------
+// One checkpoint
+
+MergePoint measure_merge(model::Transformer& m1, model::Transformer& m2,
+                         const data::Task& task, int64_t step,
+                         const HeadMatrices* gauge) {
+  MergePoint p;
+  p.step = step;
+  p.lambdas = merge_lambdas();
+  p.naive = loss_path(m1, m2, task);
+  p.alignment = align_heads(m1, m2, gauge);
+  model::Transformer aligned = scratch_like(m2);
+  model::copy_parameters(m2, aligned);
+  apply_alignment(aligned, p.alignment.rotation);
+  p.aligned = loss_path(m1, aligned, task);
+  summarise(qk_drift_per_head(m1, m2), &p.qk_drift_mean, &p.qk_drift_max);
+  return p;
+}
+
+namespace {
+
+using nlohmann::json;
+
+json num(double v) {
+  return std::isfinite(v) ? json(v) : json(nullptr);
+}
+
+json nums(const std::vector<double>& v) {
+  json a = json::array();
+  for (double x : v)
+    a.push_back(num(x));
+  return a;
+}
+
+json path_json(const LossPath& p) {
+  return {{"val_loss", nums(p.loss)},
+          {"val_acc", nums(p.acc)},
+          {"barrier", num(p.barrier)}};
+}
+
+const json& field(const json& j, const std::string& name) {
+  TORCH_CHECK(j.is_object(), "merge record is not a JSON object");
+  auto it = j.find(name);
+  TORCH_CHECK(it != j.end(), "merge record has no '", name, "' field");
+  return *it;
+}
+
+double real(const json& v, const std::string& name) {
+  if (v.is_null())
+    return kNaN;
+  TORCH_CHECK(v.is_number(), "merge field '", name, "' is not a number");
+  return v.get<double>();
+}
+
+std::vector<double> reals(const json& v, const std::string& name) {
+  TORCH_CHECK(v.is_array(), "merge field '", name, "' is not an array");
+  std::vector<double> out;
+  for (const json& x : v)
+    out.push_back(real(x, name));
+  return out;
+}
+
+LossPath path_from_json(const json& j, const std::string& name) {
+  LossPath p;
+  p.loss = reals(field(field(j, name), "val_loss"), name + ".val_loss");
+  p.acc = reals(field(field(j, name), "val_acc"), name + ".val_acc");
+  p.barrier = real(field(field(j, name), "barrier"), name + ".barrier");
+  return p;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const MergePoint& p) {
+  const Alignment& a = p.alignment;
+  return {{"step", p.step},
+          {"lambda", nums(p.lambdas)},
+          {"naive", path_json(p.naive)},
+          {"aligned", path_json(p.aligned)},
+          {"residual_per_head", nums(a.residual)},
+          {"residual_mean", num(a.residual_mean)},
+          {"residual_max", num(a.residual_max)},
+          {"unaligned_residual_mean", num(a.unaligned_residual_mean)},
+          {"unaligned_residual_max", num(a.unaligned_residual_max)},
+          {"rotation_error_per_head", nums(a.rotation_error)},
+          {"rotation_error_mean", num(a.rotation_error_mean)},
+          {"rotation_error_max", num(a.rotation_error_max)},
+          {"qk_drift_mean", num(p.qk_drift_mean)},
+          {"qk_drift_max", num(p.qk_drift_max)}};
+}
+
+MergePoint merge_point_from_json(const nlohmann::json& j) {
+  MergePoint p;
+  const json& step = field(j, "step");
+  TORCH_CHECK(step.is_number_integer(), "merge field 'step' is not an integer");
+  p.step = step.get<int64_t>();
+  p.lambdas = reals(field(j, "lambda"), "lambda");
+  p.naive = path_from_json(j, "naive");
+  p.aligned = path_from_json(j, "aligned");
+  for (const LossPath* path : {&p.naive, &p.aligned}) {
+    TORCH_CHECK(path->loss.size() == p.lambdas.size() &&
+                    path->acc.size() == p.lambdas.size(),
+                "merge record: ", p.lambdas.size(), " lambdas but ",
+                path->loss.size(), " losses and ", path->acc.size(),
+                " accuracies");
+  }
+  Alignment& a = p.alignment;
+  a.residual = reals(field(j, "residual_per_head"), "residual_per_head");
+  a.residual_mean = real(field(j, "residual_mean"), "residual_mean");
+  a.residual_max = real(field(j, "residual_max"), "residual_max");
+  a.unaligned_residual_mean =
+      real(field(j, "unaligned_residual_mean"), "unaligned_residual_mean");
+  a.unaligned_residual_max =
+      real(field(j, "unaligned_residual_max"), "unaligned_residual_max");
+  a.rotation_error =
+      reals(field(j, "rotation_error_per_head"), "rotation_error_per_head");
+  a.rotation_error_mean =
+      real(field(j, "rotation_error_mean"), "rotation_error_mean");
+  a.rotation_error_max =
+      real(field(j, "rotation_error_max"), "rotation_error_max");
+  p.qk_drift_mean = real(field(j, "qk_drift_mean"), "qk_drift_mean");
+  p.qk_drift_max = real(field(j, "qk_drift_max"), "qk_drift_max");
+  return p;
+}
+
+}  // namespace twins
