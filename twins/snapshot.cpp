@@ -1,0 +1,203 @@
+#include "twins/snapshot.h"
+
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
+#include <torch/version.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
+
+#include "twins/pair.h"
+#include "twins/record.h"
+#include "twins/results.h"
+
+namespace twins {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
+
+// The model of `spec` for a task of `shape` (the shape twins::Pair builds).
+model::ModelConfig model_config(const PairSpec& spec,
+                                const data::TaskShape& shape) {
+  model::ModelConfig cfg;
+  cfg.vocab_in = shape.vocab_in;
+  cfg.vocab_out = shape.vocab_out;
+  cfg.n_ctx = shape.n_ctx;
+  cfg.causal = shape.causal;
+  cfg.last_only = shape.last_only;
+  cfg.depth = spec.depth;
+  cfg.d_model = spec.d_model;
+  cfg.heads = spec.heads;
+  cfg.mlp = spec.mlp;
+  cfg.validate();
+  return cfg;
+}
+
+// The spec fields of the result record (twins::to_json) and the step.
+json spec_json(const PairSpec& spec, int64_t step) {
+  PairResult r;
+  r.spec = spec;
+  r.torch_version = TORCH_VERSION;
+  json j = to_json(r);
+  for (const char* measured :
+       {"curve", "qk_drift_per_head", "val_acc", "val_loss", "train_loss",
+        "status", "diverged_step", "wall_s", "threads"}) {
+    j.erase(measured);
+  }
+  j["saved_step"] = step;
+  return j;
+}
+
+void write_model(const std::string& path, const model::Transformer& m) {
+  torch::serialize::OutputArchive archive;
+  for (const auto& item : m->named_parameters()) {
+    archive.write(item.key(), item.value().detach().cpu());
+  }
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  write_text_atomically(path, bytes.str());
+}
+
+PairSpec read_spec(const std::string& path, int64_t* step) {
+  TORCH_CHECK(fs::is_regular_file(path), "saved pair: '", path,
+              "' does not exist");
+  std::ifstream in(path, std::ios::binary);
+  TORCH_CHECK(in, "saved pair: cannot read '", path, "'");
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    TORCH_CHECK(false, "saved pair: '", path, "' is not valid JSON (",
+                first_line(e.what()), ")");
+  }
+  TORCH_CHECK(j.is_object(), "saved pair: '", path, "' is not a JSON object");
+  json record = j;  // what twins::from_json reads, without measurements
+  record["curve"] = json::array();
+  record["status"] = "saved";
+  PairSpec spec;
+  try {
+    spec = from_json(record).spec;
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "saved pair: '", path,
+                "': ", first_line(e.what_without_backtrace()));
+  }
+  TORCH_CHECK(j.contains("key") && j["key"] == spec.key(), "saved pair: '",
+              path, "': its 'key' does not match its fields");
+  TORCH_CHECK(j.contains("saved_step") && j["saved_step"].is_number_integer(),
+              "saved pair: '", path, "' has no integer 'saved_step'");
+  *step = j["saved_step"].get<int64_t>();
+  TORCH_CHECK(*step >= 0 && *step <= spec.steps, "saved pair: '", path,
+              "': saved_step ", *step, " outside 0..", spec.steps);
+  return spec;
+}
+
+// The saved spec must describe the same kind of model as `want`.
+void check_expected(const PairSpec& got, const PairSpec& want,
+                    const std::string& path) {
+  auto same = [&](const char* what, const auto& a, const auto& b) {
+    TORCH_CHECK(a == b, "saved pair: '", path, "' has ", what, " ", a,
+                ", expected ", b);
+  };
+  same("task", got.task, want.task);
+  same("dtype", dtype_name(got.dtype), dtype_name(want.dtype));
+  same("depth", got.depth, want.depth);
+  same("d_model", got.d_model, want.d_model);
+  same("heads", got.heads, want.heads);
+  same("mlp", got.mlp, want.mlp);
+  if (got.task == "charlm")
+    same("ctx", got.ctx, want.ctx);
+}
+
+// Reads `path` into m's parameters: exactly m's names, shapes and `dtype`.
+void read_model(const std::string& path, model::Transformer& m,
+                torch::Dtype dtype) {
+  TORCH_CHECK(fs::is_regular_file(path), "saved pair: '", path,
+              "' does not exist");
+  torch::serialize::InputArchive archive;
+  std::vector<std::string> keys;
+  try {
+    archive.load_from(path);
+    keys = archive.keys();
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "saved pair: '", path,
+                "' is not a readable model archive (",
+                first_line(e.what_without_backtrace()), ")");
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "saved pair: '", path,
+                "' is not a readable model archive (", first_line(e.what()),
+                ")");
+  }
+  auto params = m->named_parameters();
+  std::set<std::string> names;
+  for (const auto& item : params)
+    names.insert(item.key());
+  for (const std::string& k : keys) {
+    TORCH_CHECK(names.count(k), "saved pair: '", path,
+                "' has an unexpected tensor '", k, "'");
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& item : params) {
+    torch::Tensor t;
+    TORCH_CHECK(archive.try_read(item.key(), t), "saved pair: '", path,
+                "' has no tensor '", item.key(), "'");
+    TORCH_CHECK(t.sizes() == item.value().sizes(), "saved pair: '", path,
+                "': tensor '", item.key(), "' has shape ", t.sizes(),
+                ", expected ", item.value().sizes());
+    TORCH_CHECK(t.scalar_type() == dtype, "saved pair: '", path, "': tensor '",
+                item.key(), "' is ", t.scalar_type(), ", expected ",
+                dtype_name(dtype));
+    item.value().copy_(t);
+  }
+}
+
+}  // namespace
+
+void save_pair(const std::string& dir, const PairSpec& spec, int64_t step,
+               const model::Transformer& m1, const model::Transformer& m2) {
+  for (const auto* m : {&m1, &m2}) {
+    TORCH_CHECK((*m)->tok_emb.scalar_type() == spec.dtype,
+                "save_pair: a model is ", (*m)->tok_emb.scalar_type(),
+                ", the spec says ", dtype_name(spec.dtype));
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TORCH_CHECK(!ec && fs::is_directory(dir), "Cannot create directory '", dir,
+              "': ", ec.message());
+  const fs::path d(dir);
+  const std::string spec_path = (d / kSnapshotSpecFile).string();
+  fs::remove(spec_path, ec);  // an older snapshot stops loading first
+  TORCH_CHECK(!ec, "Cannot remove '", spec_path, "': ", ec.message());
+  write_model((d / kSnapshotModelFiles[0]).string(), m1);
+  write_model((d / kSnapshotModelFiles[1]).string(), m2);
+  write_text_atomically(spec_path, spec_json(spec, step).dump(2) + "\n");
+}
+
+SavedPair load_pair(const std::string& dir, const torch::Device& device,
+                    const PairSpec* expected) {
+  const fs::path d(dir);
+  const std::string spec_path = (d / kSnapshotSpecFile).string();
+  SavedPair s;
+  s.spec = read_spec(spec_path, &s.step);
+  if (expected != nullptr)
+    check_expected(s.spec, *expected, spec_path);
+  s.task = make_task(s.spec, device);
+  const model::ModelConfig cfg = model_config(s.spec, s.task->shape());
+  model::Transformer* models[2] = {&s.m1, &s.m2};
+  for (int i = 0; i < 2; ++i) {
+    *models[i] = model::build(cfg, s.spec.init_seed, s.spec.dtype, device);
+    read_model((d / kSnapshotModelFiles[i]).string(), *models[i], s.spec.dtype);
+  }
+  return s;
+}
+
+}  // namespace twins
