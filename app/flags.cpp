@@ -122,7 +122,7 @@ void add_engine_flags(CLI::App& app, EngineFlags& f,
                "memory");
   app.add_option("--save-models", f.save_models,
                  "Save both copies of every pair here when it ends (one "
-                 "directory per pair: copy1.pt, copy2.pt, spec.json); "
+                 "directory per pair: model1.pt, model2.pt, spec.json); "
                  "`twin-run merge --models DIR` reads them back");
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "app/bench_cmd.h"
+#include "app/merge_cmd.h"
 #include "app/plot_cmd.h"
 #include "app/run_cmd.h"
 #include "app/table_cmd.h"
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
       "noise 1e-5 twins, and one line: equivariant, basis-dependent or "
       "invalid (nondeterministic)");
   app::setup_verdict(*verdict, verdict_flags);
+  app::MergeFlags merge_flags;
+  CLI::App* merge = app::setup_merge(cli, merge_flags);
   app::BenchFlags bench_flags;
   CLI::App* bench = app::setup_bench(cli, bench_flags);
   try {
@@ -64,6 +67,8 @@ int main(int argc, char** argv) {
       return app::run_verdict(verdict_flags);
     if (bench->parsed())
       return app::run_bench(bench_flags);
+    if (merge->parsed())
+      return app::run_merge(merge_flags);
     return app::run_run(run_flags);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "twin-run: error: %s\n",

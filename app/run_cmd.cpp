@@ -12,7 +12,8 @@
 
 namespace app {
 
-void setup_run(CLI::App& app, RunFlags& f) {
+void add_pair_list_flags(CLI::App& app, RunFlags& f,
+                         const std::string& out_help) {
   app.add_option("--opt", f.opts,
                  "Optimizers, comma-separated (see --list-optimizers). "
                  "Without --opt and --twin: the seven Table-3 pairs");
@@ -37,10 +38,13 @@ void setup_run(CLI::App& app, RunFlags& f) {
                  "in --opt, comma-separated (one pair set per p; adam-p0.5 "
                  "names one directly) [default: 0.5]");
   add_pair_flags(app, f.plan);
-  add_engine_flags(app, f.engine,
-                   "Results file (JSON lines) [default: a new file "
-                   "runs/<task>-<date>-<time>.jsonl]",
-                   2);
+  add_engine_flags(app, f.engine, out_help, 2);
+}
+
+void setup_run(CLI::App& app, RunFlags& f) {
+  add_pair_list_flags(app, f,
+                      "Results file (JSON lines) [default: a new file "
+                      "runs/<task>-<date>-<time>.jsonl]");
   app.add_flag("--list-optimizers", f.list_optimizers,
                "Print every registered optimizer with its predicted class "
                "and default learning rates, then exit");

@@ -18,6 +18,12 @@ struct RunFlags {
   bool list_optimizers = false;
 };
 
+// --opt, --twin, --init-seed, --twin-seed, --noise-scale, --p, the pair
+// flags and the engine flags (results file default `out_help`), bound to
+// `flags`: what every command that takes a list of pairs accepts.
+void add_pair_list_flags(CLI::App& app, RunFlags& flags,
+                         const std::string& out_help);
+
 void setup_run(CLI::App& app, RunFlags& flags);
 int run_run(const RunFlags& flags);
 

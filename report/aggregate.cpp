@@ -476,9 +476,10 @@ std::vector<Section> merge_sections(const std::vector<PairResult>& all) {
       "Loss barrier between the twins, naive and after per-head "
       "alignment";
   s.label_columns = {"optimizer", "twin", "step"};
-  s.columns = {"barrier naive",  "barrier aligned", "residual (mean)",
-               "residual (max)", "QK drift (mean)", "|R - A^T| (mean)",
-               "|R - A^T| (max)"};
+  s.columns = {"barrier naive",       "barrier aligned",
+               "residual (mean)",     "residual (max)",
+               "QK drift (mean)",     "rotation error (mean)",
+               "rotation error (max)"};
   struct RowKey {
     std::string opt, twin;
     int64_t step;
@@ -497,22 +498,32 @@ std::vector<Section> merge_sections(const std::vector<PairResult>& all) {
     }
   }
   for (const auto& k : order) {
-    auto pick_values = [&](double twins::MergePoint::*field) {
+    auto values = [&](auto&& get) {
       std::vector<double> v;
       for (const auto* m : rows[k])
-        v.push_back(m->*field);
+        v.push_back(get(*m));
       return v;
     };
     using M = twins::MergePoint;
     Section::Row row;
     row.labels = {display_name(k.opt), k.twin, std::to_string(k.step)};
-    row.figures = {range_of(pick_values(&M::barrier_naive), Unit::kDrift),
-                   range_of(pick_values(&M::barrier_aligned), Unit::kDrift),
-                   range_of(pick_values(&M::residual_mean), Unit::kDrift),
-                   range_of(pick_values(&M::residual_max), Unit::kDrift),
-                   range_of(pick_values(&M::qk_drift_mean), Unit::kDrift),
-                   range_of(pick_values(&M::rotation_error_mean), Unit::kDrift),
-                   range_of(pick_values(&M::rotation_error_max), Unit::kDrift)};
+    row.figures = {
+        range_of(values([](const M& m) { return m.naive.barrier; }),
+                 Unit::kDrift),
+        range_of(values([](const M& m) { return m.aligned.barrier; }),
+                 Unit::kDrift),
+        range_of(values([](const M& m) { return m.alignment.residual_mean; }),
+                 Unit::kDrift),
+        range_of(values([](const M& m) { return m.alignment.residual_max; }),
+                 Unit::kDrift),
+        range_of(values([](const M& m) { return m.qk_drift_mean; }),
+                 Unit::kDrift),
+        range_of(
+            values([](const M& m) { return m.alignment.rotation_error_mean; }),
+            Unit::kDrift),
+        range_of(
+            values([](const M& m) { return m.alignment.rotation_error_max; }),
+            Unit::kDrift)};
     s.rows.push_back(std::move(row));
   }
   s.notes.push_back(
@@ -521,8 +532,9 @@ std::vector<Section> merge_sections(const std::vector<PairResult>& all) {
       "the two copies' losses. Aligned: copy 2's W_Q, W_K rows of every head "
       "rotated first by the orthogonal Procrustes fit R_h to copy 1's. "
       "Residual: ||W1_h - R_h W2_h|| / ||W1_h|| over the stacked Q/K rows. "
-      "|R - A^T|: the fitted rotation against the inverse of the gauge twin's "
-      "own A_h (gauge twins only).");
+      "Rotation error: ||R_h - A_h^T||_F, the fitted rotation against the "
+      "inverse of the gauge twin's own A_h (gauge twins only). "
+      "docs/protocol.md §9.");
   return {s};
 }
 

@@ -38,6 +38,12 @@ void write_outputs(const Aggregate& a,
   fmt::print("tables: {}.md, {}.csv\n", stem, stem);
   if (!plot || results.empty())
     return;
+  if (a.layout == Layout::kMerge) {
+    // The merge figure only: saved pairs measured again have no curves.
+    const PlotFiles f = plot_merge(results, stem + "-merge.svg", title);
+    say_drawn(f, fmt::format("figure: {} (loss along lambda)", f.drift_figure));
+    return;
+  }
   draw_figures(results, stem + ".svg", title);
   if (a.layout == Layout::kDial) {
     const PlotFiles f = plot_dial(results, stem + "-dial.svg", title);

@@ -12,8 +12,8 @@ namespace report {
 
 // Writes <stem>.md and <stem>.csv (atomically) and prints the Markdown and
 // their names on stdout; with `plot`, draws <stem>.svg (Figure 2) and
-// <stem>-qk.svg, plus <stem>-dial.svg for the dial and <stem>-merge.svg for
-// head merging, reporting a missing gnuplot in one line on stderr.
+// <stem>-qk.svg, plus <stem>-dial.svg for the dial; for head merging only
+// <stem>-merge.svg. A missing gnuplot is one line on stderr.
 void write_outputs(const Aggregate& a,
                    const std::vector<twins::PairResult>& results,
                    const std::string& stem, bool plot,

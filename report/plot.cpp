@@ -474,4 +474,87 @@ PlotFiles plot_dial(const std::vector<PairResult>& results,
   return f;
 }
 
+PlotFiles plot_merge(const std::vector<PairResult>& results,
+                     const std::string& out, const std::string& title) {
+  const std::string ext = fs::path(out).extension().string();
+  TORCH_CHECK(ext == ".svg" || ext == ".png", "Unknown figure format: '", out,
+              "' (the name must end in .svg or .png)");
+  // Panels in first-seen optimizer order; in each, one pair per line.
+  std::vector<std::string> opts;
+  std::map<std::string, std::vector<const PairResult*>> by_opt;
+  for (const auto& r : results) {
+    if (r.merges.empty())
+      continue;
+    if (!by_opt.count(r.spec.opt))
+      opts.push_back(r.spec.opt);
+    by_opt[r.spec.opt].push_back(&r);
+  }
+  TORCH_CHECK(!opts.empty(), "No pairs with merge measurements to plot");
+  PlotFiles f;
+  f.drift_figure = out;
+  f.script = stem_of(out) + ".gp";
+  f.drift_data = stem_of(out) + ".dat";
+  prepare_directory(out);
+
+  const char* const twin_colours[] = {"#D55E00", "#0072B2", "#009E73",
+                                      "#CC79A7", "#E69F00", "#56B4E9"};
+  std::string data = fmt::format(
+      "# {}\n# validation loss along lambda at the last merge step: lambda "
+      "naive aligned, one block per pair\n",
+      title);
+  const size_t cols = std::min<size_t>(3, opts.size());
+  const size_t rows = (opts.size() + cols - 1) / cols;
+  std::string gp = fmt::format(
+      "# Drawn by twin-run --plot; rerun with: gnuplot {}\n"
+      "set encoding utf8\n{}\nset output {}\n"
+      "set multiplot layout {},{} title {}\n"
+      "set datafile missing \"?\"\nset grid\nset key top center font \",9\"\n"
+      "set xlabel \"lambda (0: copy 1, 1: copy 2)\"\n"
+      "set ylabel \"validation loss\"\n",
+      fs::path(f.script).filename().string(),
+      terminal(ext, int(420 * cols), int(340 * rows)),
+      gp_string(fs::path(out).filename().string()), rows, cols,
+      gp_string(title + " (dashed: naive, solid: aligned)"));
+  const std::string dat = gp_string(fs::path(f.drift_data).filename().string());
+  auto cell = [](double v) {
+    return std::isfinite(v) ? fmt::format("{:.9g}", v) : std::string("?");
+  };
+  int block = 0;
+  for (const auto& opt : opts) {
+    std::vector<std::string> clauses;
+    int colour = 0;
+    for (const PairResult* r : by_opt[opt]) {
+      const twins::MergePoint& m = r->merges.back();
+      data += fmt::format("# {} step {}\n", twins::pair_label(r->spec), m.step);
+      for (size_t i = 0; i < m.lambdas.size(); ++i) {
+        data += fmt::format("{} {} {}\n", m.lambdas[i], cell(m.naive.loss[i]),
+                            cell(m.aligned.loss[i]));
+      }
+      data += "\n\n";
+      const char* c = twin_colours[colour++ % 6];
+      const std::string label = twins::twin_label(r->spec);
+      clauses.push_back(fmt::format(
+          "{} index {} using 1:2 with linespoints dt 2 pt 6 lc rgb \"{}\" "
+          "notitle",
+          dat, block, c));
+      clauses.push_back(fmt::format(
+          "{} index {} using 1:3 with linespoints lw 2 pt 7 lc rgb \"{}\" "
+          "title {}",
+          dat, block, c,
+          gp_string(fmt::format("{} (step {})", label, m.step))));
+      ++block;
+    }
+    gp += fmt::format("set title {}\nplot ", gp_string(display_name(opt)));
+    for (size_t i = 0; i < clauses.size(); ++i) {
+      gp += (i ? ", \\\n     " : "") + clauses[i];
+    }
+    gp += "\n";
+  }
+  gp += "unset multiplot\nunset output\n";
+  write_text_atomically(f.drift_data, data);
+  write_text_atomically(f.script, gp);
+  draw_files(f);
+  return f;
+}
+
 }  // namespace report

@@ -38,6 +38,14 @@ PlotFiles plot_results(const std::vector<twins::PairResult>& results,
 PlotFiles plot_dial(const std::vector<twins::PairResult>& results,
                     const std::string& out, const std::string& title);
 
+// Head merging (docs/protocol.md §9): the validation loss along lambda at
+// each pair's last merge step, one panel per optimizer, a colour per twin,
+// the naive path dashed and the aligned one solid. Writes OUT.gp and
+// OUT.dat beside `out` and draws it like plot_results. Throws when no
+// record has merge measurements.
+PlotFiles plot_merge(const std::vector<twins::PairResult>& results,
+                     const std::string& out, const std::string& title);
+
 // The full path of `program` on PATH, or "" when there is none.
 std::string find_on_path(const std::string& program);
 

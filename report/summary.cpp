@@ -15,10 +15,13 @@ using twins::PairResult;
 namespace {
 
 std::string cell(const PairResult& r, int64_t step) {
-  const double v = twins::drift_at(r, step);
-  return std::isnan(v) && (r.curve.empty() || r.curve.back().step < step)
-             ? "-"
-             : twins::format_drift(v);
+  // "-": no checkpoint at this step (past the run's end, or a saved pair
+  // measured at one step only); "nan": a checkpoint whose drift is not
+  // finite.
+  const bool measured =
+      std::any_of(r.curve.begin(), r.curve.end(),
+                  [&](const twins::CurvePoint& c) { return c.step == step; });
+  return measured ? twins::format_drift(twins::drift_at(r, step)) : "-";
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "twins/device.h"
 #include "twins/pair.h"
 #include "twins/record.h"
+#include "twins/snapshot.h"
 
 namespace sweep {
 
@@ -205,10 +206,9 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
       // starts early and the small groups fill in (a group's cost is about
       // its number of models).
       auto groups = groups_of(todo, o);
-      std::stable_sort(groups.begin(), groups.end(),
-                       [](const auto& a, const auto& b) {
-                         return a.size() > b.size();
-                       });
+      std::stable_sort(
+          groups.begin(), groups.end(),
+          [](const auto& a, const auto& b) { return a.size() > b.size(); });
       if (existing.truncated_tail) {
         drop_truncated_tail(existing);
         out.dropped_truncated = true;
@@ -244,8 +244,15 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
             twins::GroupOptions go;
             go.threads = o.threads;
             go.progress = [&](int64_t t) { progress.step(slot, t); };
-            go.pair_done = [&](const twins::PairResult& r, model::Transformer&,
-                               model::Transformer&) {
+            go.pair_done = [&](const twins::PairResult& r, int64_t step,
+                               model::Transformer& ref,
+                               model::Transformer& twin) {
+              if (!o.save_models.empty()) {
+                twins::save_pair(
+                    (fs::path(o.save_models) / twins::snapshot_name(r.spec))
+                        .string(),
+                    r.spec, step, ref, twin);
+              }
               nlohmann::json j = twins::to_json(r);
               if (!o.table.empty())
                 j["table"] = o.table;

@@ -59,6 +59,11 @@ const Config kConfigs[] = {
      "Adam-p dial inside attention: gauge twins for p in {0, 1/8, 1/4, 1/2, "
      "3/4, 1}, lr 1e-3, mod-47 2L d64, 1500 steps, CPU float32",
      "mod47", 0, 0, 0, 0, "float32"},
+    {"merge", "merge",
+     "Head merging: the Table-3 pairs plus shampoo and adam-p0.5 gauge twins, "
+     "barriers at steps 1, 100 and the last, mod-47 2L d64, 1500 steps, CPU "
+     "float32",
+     "mod47", 0, 0, 0, 0, "float32"},
 };
 
 // The paper's step count of a table.
@@ -135,9 +140,10 @@ std::vector<PairSpec> table9_pairs(const PlanRequest& base) {
   return jobs.take();
 }
 
-std::vector<PairSpec> zoo_pairs(const PlanRequest& base) {
+std::vector<PairSpec> zoo_pairs(const PlanRequest& base,
+                                std::vector<std::string> opts) {
   PlanRequest r = base;
-  r.opts = zoo_optimizers();
+  r.opts = std::move(opts);
   r.adam_ps.clear();
   return verdict_specs(r);
 }
@@ -152,7 +158,30 @@ std::vector<PairSpec> dial_pairs(const PlanRequest& base) {
   return expand(r);
 }
 
+// docs/protocol.md §9: the Table-3 pairs (every twin kind of the paper's
+// optimizers) and the gauge twins of two more rules, one equivariant but
+// chaotic (shampoo), one partly basis-dependent (adam-p0.5), each merged at
+// steps 1, 100 and the last.
+std::vector<PairSpec> merge_pairs(PlanRequest base) {
+  base.merge_at = default_merge_steps(base.steps);
+  std::vector<PairSpec> pairs = expand(base);  // the Table-3 rows
+  base.opts = {"shampoo", "adam-p0.5"};
+  base.twins = {"gauge"};
+  for (auto& p : expand(base))
+    pairs.push_back(std::move(p));
+  return pairs;
+}
+
 }  // namespace
+
+std::vector<int64_t> default_merge_steps(int64_t steps) {
+  std::vector<int64_t> out;
+  for (int64_t s : {int64_t(1), int64_t(100), steps}) {
+    if (s <= steps && (out.empty() || out.back() < s))
+      out.push_back(s);
+  }
+  return out;
+}
 
 std::vector<std::string> table_names() {
   std::vector<std::string> out;
@@ -201,7 +230,10 @@ Table make_table(const std::string& name, const TableOverrides& o) {
   } else if (layout == "table9") {
     t.pairs = table9_pairs(base);
   } else if (layout == "zoo") {
-    t.pairs = zoo_pairs(base);
+    t.pairs = zoo_pairs(
+        base, name == "zoo-modern" ? modern_optimizers() : zoo_optimizers());
+  } else if (layout == "merge") {
+    t.pairs = merge_pairs(base);
   } else {
     t.pairs = dial_pairs(base);
   }

@@ -33,7 +33,7 @@ struct Table {
 };
 
 // table3, multiseed, table9-mod47, table9-mod97-4L, table9-mod97-6L,
-// table9-charlm, and beyond the paper zoo and dial.
+// table9-charlm, and beyond the paper zoo, dial and merge.
 std::vector<std::string> table_names();
 
 // The job list of `name` with `overrides` applied. Throws "Unknown table:
@@ -65,6 +65,10 @@ std::vector<twins::PairSpec> verdict_specs(PlanRequest request);
 // The zoo's optimizers: adam, sgd, scalar-adam, muon, rmsprop, signum,
 // lion, adafactor, shampoo, adam-p0.5.
 std::vector<std::string> zoo_optimizers();
+
+// The merge steps of a run of `steps` steps when none are given: 1, 100 and
+// the last, those within the run (docs/protocol.md §9).
+std::vector<int64_t> default_merge_steps(int64_t steps);
 
 // The dial's exponents: {0, 0.125, 0.25, 0.5, 0.75, 1}.
 std::vector<double> dial_exponents();

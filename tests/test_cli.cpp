@@ -248,6 +248,75 @@ TEST(Cli, AKilledDefaultRunResumes) {
   fs::remove_all(dir);
 }
 
+// `twin-run merge` trains pairs and measures merging at its steps; with
+// --save-models the pairs' copies are kept, and `merge --models` measures
+// them again without training: the same numbers, bit for bit.
+TEST(MergeCommand, TrainsMeasuresSavesAndMeasuresSavedPairsAlike) {
+  const fs::path dir = fresh_dir("merge");
+  const std::string pairs =
+      "--task mod11 --d-model 16 --heads 4 --mlp 64 --opt sgd --twin "
+      "gauge,identity --steps 20 --quiet";
+  Outcome o = twin_run(
+      "merge " + pairs + " --merge-at 5,20 --save-models models --out m.jsonl",
+      dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  std::map<std::string, nlohmann::json> trained;
+  {
+    std::ifstream f(dir / "m.jsonl");
+    for (std::string line; std::getline(f, line);) {
+      auto j = nlohmann::json::parse(line);
+      ASSERT_EQ(j["merge"].size(), 2u);
+      EXPECT_EQ(j["merge"][0]["step"], 5);
+      EXPECT_EQ(j["merge"][1]["step"], 20);
+      trained[j["twin"]] = j;
+    }
+  }
+  ASSERT_EQ(trained.size(), 2u);
+  EXPECT_EQ(trained["identity"]["merge"][1]["aligned"]["barrier"], 0.0);
+  EXPECT_NE(slurp(dir / "m.md").find("barrier naive"), std::string::npos);
+  int saved = 0;
+  for (const auto& e : fs::directory_iterator(dir / "models")) {
+    EXPECT_TRUE(fs::exists(e.path() / "spec.json")) << e.path();
+    EXPECT_TRUE(fs::exists(e.path() / "model1.pt")) << e.path();
+    ++saved;
+  }
+  EXPECT_EQ(saved, 2);
+
+  o = twin_run("merge --models models --quiet --out s.jsonl", dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  std::ifstream f(dir / "s.jsonl");
+  int n = 0;
+  for (std::string line; std::getline(f, line); ++n) {
+    auto j = nlohmann::json::parse(line);
+    ASSERT_EQ(j["merge"].size(), 1u);
+    EXPECT_EQ(j["merge"][0], trained[j["twin"]]["merge"][1]) << j["twin"];
+  }
+  EXPECT_EQ(n, 2);
+
+  // A missing directory, and a damaged saved model: one line naming it.
+  o = twin_run("merge --models nowhere --out x.jsonl", dir);
+  EXPECT_NE(o.code, 0);
+  EXPECT_EQ(count_lines(o.err), 1) << o.err;
+  EXPECT_NE(o.err.find("nowhere"), std::string::npos) << o.err;
+  fs::path victim;
+  for (const auto& e : fs::directory_iterator(dir / "models")) {
+    victim = e.path() / "model2.pt";
+  }
+  std::ofstream(victim, std::ios::binary | std::ios::trunc) << "not a model";
+  o = twin_run("merge --models models --out y.jsonl", dir);
+  EXPECT_NE(o.code, 0);
+  EXPECT_EQ(count_lines(o.err), 1) << o.err;
+  // Named as the user named the directory (relative here).
+  EXPECT_NE(o.err.find((fs::path("models") / victim.parent_path().filename() /
+                        "model2.pt")
+                           .string()),
+            std::string::npos)
+      << o.err;
+  EXPECT_FALSE(fs::exists(dir / "x.jsonl"));
+  EXPECT_FALSE(fs::exists(dir / "y.jsonl"));
+  fs::remove_all(dir);
+}
+
 // ---------------------------------------------------------------------------
 // docs/usage.md: its flag tables are generated from --help and checked
 // against it here, so that they cannot drift.
@@ -296,7 +365,7 @@ TEST(Usage, FlagTablesOfDocsUsageAreEveryCommandsHelp) {
   const bool update = std::getenv("TWINS_UPDATE_USAGE") != nullptr;
   const fs::path dir = fresh_dir("usage");
   for (const std::string command :
-       {"run", "table", "verdict", "plot", "bench"}) {
+       {"run", "table", "verdict", "merge", "plot", "bench"}) {
     const Outcome o =
         twin_run((command == "run" ? "" : command + " ") + "--help", dir);
     ASSERT_EQ(o.code, 0) << command;

@@ -16,9 +16,11 @@
 #include "data/modular.h"
 #include "helpers.h"
 #include "optim/registry.h"
+#include "twins/defaults.h"
 #include "twins/gauge.h"
 #include "twins/merge.h"
 #include "twins/pair.h"
+#include "twins/record.h"
 #include "twins/snapshot.h"
 
 namespace {
@@ -208,22 +210,26 @@ TEST(Merge, LossBarrierIsTheLargestRiseAboveTheChord) {
 // A small trained pair (mod11, Adam, 20 steps): the copies differ.
 struct TrainedPair {
   twins::PairSpec spec;
-  std::unique_ptr<twins::Pair> pair;
+  std::unique_ptr<twins::Lockstep> pair;
   explicit TrainedPair(const std::string& opt = "adam",
                        torch::Dtype dtype = torch::kFloat, int64_t steps = 20,
                        const std::string& task = "mod11") {
     spec = tiny_spec(opt, TwinKind::kGauge, steps, dtype);
     spec.task = task;
-    spec.lr = optim::default_lr(opt, "mod");
-    pair = std::make_unique<twins::Pair>(spec);
+    spec.lr = twins::default_lr(opt, "mod47");
+    pair =
+        std::make_unique<twins::Lockstep>(std::vector<twins::PairSpec>{spec});
     pair->train_to(steps);
   }
-  model::Transformer& m(int i) { return pair->model(i); }
+  model::Transformer& m(int i) {
+    return i == 0 ? pair->reference() : pair->twin(0);
+  }
 };
 
 TEST(Merge, PathEndsAreEachCopysOwnLossBitwise) {
   TrainedPair t;
-  const twins::CurvePoint c = t.pair->measure();
+  t.pair->check_losses();
+  const twins::CurvePoint c = t.pair->measure(0);
   ASSERT_GT(c.logit_drift, 1e-4);  // two different functions
   std::vector<torch::Tensor> before;
   for (int i = 0; i < 2; ++i) {
@@ -367,7 +373,8 @@ TEST(Snapshot, MissingCorruptOrMismatchedFilesAreOneLineErrorsNamingTheFile) {
   TrainedPair t("sgd", torch::kFloat, 2);
   TrainedPair wide("sgd", torch::kFloat, 2);  // d_model 32 instead of 16
   wide.spec.d_model = 32;
-  wide.pair = std::make_unique<twins::Pair>(wide.spec);
+  wide.pair = std::make_unique<twins::Lockstep>(
+      std::vector<twins::PairSpec>{wide.spec});
   TrainedPair f64("sgd", torch::kDouble, 2);
   TrainedPair mod13("sgd", torch::kFloat, 2, "mod13");
   const fs::path base = scratch_dir("errors");
@@ -447,13 +454,13 @@ twins::MergePoint trained_mod47(const std::string& opt, int64_t steps) {
   s.twin = TwinKind::kGauge;
   s.steps = steps;
   s.dtype = torch::kFloat;
-  s.lr = optim::default_lr(opt, "mod");
+  s.lr = twins::default_lr(opt, "mod47");
   const auto t0 = std::chrono::steady_clock::now();
-  twins::Pair pair(s);
+  twins::Lockstep pair({s});
   pair.train_to(steps);
   const auto t1 = std::chrono::steady_clock::now();
   const auto A = twins::twin_gauge(s);
-  twins::MergePoint p = twins::measure_merge(pair.model(0), pair.model(1),
+  twins::MergePoint p = twins::measure_merge(pair.reference(), pair.twin(0),
                                              pair.task(), steps, &A);
   const auto t2 = std::chrono::steady_clock::now();
   std::cout << "mod47 float32 " << opt << " lr " << s.lr << " gauge, step "
@@ -490,6 +497,41 @@ TEST(MergeEndToEnd, AdamGaugePairKeepsABarrierAfterAlignment) {
   EXPECT_GT(p.aligned.barrier, 1e-2);
   EXPECT_GT(p.naive.barrier, 0.1);
   EXPECT_GT(p.alignment.rotation_error_max, 1e-2);
+}
+
+}  // namespace
+
+namespace {
+
+// Merging measured inside a group (one copy 1, several twins) is what each
+// pair measures alone, bit for bit, at every merge step.
+TEST(MergeInGroups, EachPairsMergeRecordIsBitwiseItsOwn) {
+  auto gauge = tiny_spec("adam", TwinKind::kGauge, 6, torch::kFloat);
+  gauge.merge_at = {2, 6};
+  auto identity = gauge;
+  identity.twin = TwinKind::kIdentity;
+  const auto group = twins::run_group({gauge, identity});
+  for (size_t i = 0; i < 2; ++i) {
+    const auto alone = twins::run_pair(i ? identity : gauge);
+    ASSERT_EQ(group[i].merges.size(), 2u);
+    EXPECT_EQ(group[i].merges[0].step, 2);
+    auto a = twins::to_json(group[i]), b = twins::to_json(alone);
+    EXPECT_EQ(a["merge"], b["merge"]) << i;
+  }
+  // The identity twin merges with nothing to align and no barrier.
+  EXPECT_EQ(group[1].merges[1].aligned.barrier, 0.0);
+  EXPECT_EQ(group[1].merges[1].naive.barrier, 0.0);
+  // Averaging a gauge twin without aligning it changes W_Q^T W_K: the naive
+  // path leaves the aligned one inside (0 < lambda < 1).
+  EXPECT_NE(group[0].merges[1].naive.loss[5],
+            group[0].merges[1].aligned.loss[5]);
+  EXPECT_EQ(group[1].merges[1].naive.loss[5],
+            group[1].merges[1].aligned.loss[5]);
+  // The merge steps are checkpoints of the curve too.
+  std::vector<int64_t> steps;
+  for (const auto& c : group[0].curve)
+    steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{0, 1, 2, 3, 5, 6}));
 }
 
 }  // namespace

@@ -96,7 +96,8 @@ TEST(Tables, JobListsAreThePapersAndTheirKeysAreUnique) {
                                                {"table9-mod97-6L", 18},
                                                {"table9-charlm", 18},
                                                {"zoo", 40},
-                                               {"dial", 6}};
+                                               {"dial", 6},
+                                               {"merge", 9}};
   for (const auto& name : sweep::table_names()) {
     const sweep::Table t = sweep::make_table(name);
     ASSERT_TRUE(sizes.count(name)) << name;

@@ -180,16 +180,6 @@ void interpolate(const model::Transformer& m1, const model::Transformer& m2,
   }
 }
 
-Evaluation evaluate(model::Transformer& m, const data::Task& task) {
-  torch::NoGradGuard no_grad;
-  const data::Batch& val = task.validation();
-  const torch::Tensor z = m->forward(val.x);
-  Evaluation e;
-  e.loss = model::cross_entropy(z, val.y).item<double>();
-  e.acc = z.argmax(-1).eq(val.y).to(torch::kDouble).mean().item<double>();
-  return e;
-}
-
 std::vector<double> merge_lambdas() {
   std::vector<double> l;
   for (int i = 0; i <= kLambdaSteps; ++i)
@@ -229,7 +219,7 @@ LossPath loss_path(model::Transformer& m1, model::Transformer& m2,
       e = evaluate(scratch, task);
     }
     p.loss.push_back(e.loss);
-    p.acc.push_back(e.acc);
+    p.acc.push_back(e.accuracy);
   }
   p.barrier = loss_barrier(lambdas, p.loss);
   return p;

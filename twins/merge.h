@@ -16,6 +16,7 @@
 
 #include "data/task.h"
 #include "model/transformer.h"
+#include "twins/metrics.h"
 #include "twins/spec.h"
 
 namespace twins {
@@ -81,14 +82,6 @@ HeadMatrices twin_gauge(const PairSpec& spec);
 // or m2). All three models have the same shape.
 void interpolate(const model::Transformer& m1, const model::Transformer& m2,
                  double lambda, model::Transformer& out);
-
-// Validation loss (model::cross_entropy) and argmax accuracy of one model,
-// exactly as twins::measure computes them.
-struct Evaluation {
-  double loss = 0;
-  double acc = 0;
-};
-Evaluation evaluate(model::Transformer& m, const data::Task& task);
 
 // lambda = 0, 0.1, ..., 1 (i / 10, so both ends are exact).
 std::vector<double> merge_lambdas();

@@ -1,5 +1,6 @@
 #include "twins/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -83,15 +84,21 @@ CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
   return c;
 }
 
-std::vector<int64_t> checkpoint_steps(int64_t steps) {
+std::vector<int64_t> checkpoint_steps(int64_t steps,
+                                      const std::vector<int64_t>& extra) {
   std::vector<int64_t> out;
   for (int64_t s :
        {0, 1, 2, 3, 5, 10, 50, 100, 300, 600, 1000, 1500, 2000, 3000}) {
     if (s <= steps)
       out.push_back(s);
   }
-  if (out.back() != steps)
-    out.push_back(steps);
+  out.push_back(steps);
+  for (int64_t s : extra) {
+    if (s >= 0 && s <= steps)
+      out.push_back(s);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

@@ -48,8 +48,10 @@ CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
                    int64_t step);
 
 // The checkpoint steps: {0, 1, 2, 3, 5, 10, 50, 100, 300, 600, 1000, 1500,
-// 2000, 3000} within [0, steps], plus `steps` itself. Steps 2, 3 and 5 let
-// the verdict see a rule that leaves step 1 alone (docs/protocol.md §10).
-std::vector<int64_t> checkpoint_steps(int64_t steps);
+// 2000, 3000} within [0, steps], plus `steps` itself and any of `extra`
+// (a pair's merge steps), sorted. Steps 2, 3 and 5 let the verdict see a
+// rule that leaves step 1 alone (docs/protocol.md §10).
+std::vector<int64_t> checkpoint_steps(int64_t steps,
+                                      const std::vector<int64_t>& extra = {});
 
 }  // namespace twins

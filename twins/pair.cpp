@@ -13,6 +13,7 @@
 #include "model/loss.h"
 #include "twins/device.h"
 #include "twins/gauge.h"
+#include "twins/merge.h"
 
 namespace twins {
 
@@ -298,7 +299,7 @@ std::vector<PairResult> run_group(const std::vector<PairSpec>& specs,
     r.qk_per_head = qk_drift_per_head(group.reference(), group.twin(i));
     r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (options.pair_done) {
-      options.pair_done(r, group.reference(), group.twin(i));
+      options.pair_done(r, group.done(), group.reference(), group.twin(i));
     }
     group.retire(i);
   };
@@ -309,16 +310,32 @@ std::vector<PairResult> run_group(const std::vector<PairSpec>& specs,
     }
     return false;
   };
+  // Head merging at the merge steps (docs/protocol.md §9); a gauge twin is
+  // also compared with the rotation that made it.
+  const std::vector<int64_t>& merge_at = specs.front().merge_at;
+  std::vector<HeadMatrices> gauges(specs.size());
+  if (!merge_at.empty()) {
+    for (size_t i = 0; i < specs.size(); ++i)
+      gauges[i] = twin_gauge(specs[i]);
+  }
   auto measure_all = [&] {
     const Evaluation ref = group.evaluate_reference();
+    const bool merge = std::find(merge_at.begin(), merge_at.end(),
+                                 group.done()) != merge_at.end();
     for (size_t i = 0; i < group.twins(); ++i) {
-      if (group.live(i))
-        results[i].curve.push_back(group.measure(i, &ref));
+      if (!group.live(i))
+        continue;
+      results[i].curve.push_back(group.measure(i, &ref));
+      if (merge) {
+        results[i].merges.push_back(measure_merge(
+            group.reference(), group.twin(i), group.task(), group.done(),
+            gauges[i].empty() ? nullptr : &gauges[i]));
+      }
     }
   };
 
   const int64_t steps = specs.front().steps;
-  const std::vector<int64_t> checkpoints = checkpoint_steps(steps);
+  const std::vector<int64_t> checkpoints = checkpoint_steps(steps, merge_at);
   size_t next = 0;  // the next checkpoint
   if (checkpoints[0] == 0) {
     measure_all();

@@ -96,9 +96,9 @@ struct GroupOptions {
   int threads = 1;    // models trained at once (see Lockstep)
   Progress progress;  // after each step of copy 1
   // Called once per pair as it ends (diverged, or at the last step), with
-  // the record final and both of its models in their last state.
-  std::function<void(const PairResult&, model::Transformer& reference,
-                     model::Transformer& twin)>
+  // the record final, the step its models are at and both of them.
+  std::function<void(const PairResult&, int64_t step,
+                     model::Transformer& reference, model::Transformer& twin)>
       pair_done;
 };
 

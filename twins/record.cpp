@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "twins/device.h"
+#include "twins/merge.h"
 
 namespace twins {
 
@@ -86,51 +87,6 @@ CurvePoint curve_point(const json& p) {
                      ? pair_from(p["train_loss"], "curve.train_loss")
                      : std::array<double, 2>{std::nan(""), std::nan("")};
   return c;
-}
-
-json merge_to_json(const MergePoint& m) {
-  return {{"step", m.step},
-          {"lambda", numbers(m.lambdas)},
-          {"loss_naive", numbers(m.loss_naive)},
-          {"acc_naive", numbers(m.acc_naive)},
-          {"loss_aligned", numbers(m.loss_aligned)},
-          {"acc_aligned", numbers(m.acc_aligned)},
-          {"barrier_naive", num(m.barrier_naive)},
-          {"barrier_aligned", num(m.barrier_aligned)},
-          {"residual_per_head", numbers(m.residual_per_head)},
-          {"residual_mean", num(m.residual_mean)},
-          {"residual_max", num(m.residual_max)},
-          {"rotation_error_per_head", numbers(m.rotation_error_per_head)},
-          {"rotation_error_mean", num(m.rotation_error_mean)},
-          {"rotation_error_max", num(m.rotation_error_max)},
-          {"qk_drift_mean", num(m.qk_drift_mean)},
-          {"qk_drift_max", num(m.qk_drift_max)}};
-}
-
-MergePoint merge_from_json(const json& j) {
-  MergePoint m;
-  m.step = integer(field(j, "step"), "merge.step");
-  m.lambdas = numbers_from(field(j, "lambda"), "merge.lambda");
-  m.loss_naive = numbers_from(field(j, "loss_naive"), "merge.loss_naive");
-  m.acc_naive = numbers_from(field(j, "acc_naive"), "merge.acc_naive");
-  m.loss_aligned = numbers_from(field(j, "loss_aligned"), "merge.loss_aligned");
-  m.acc_aligned = numbers_from(field(j, "acc_aligned"), "merge.acc_aligned");
-  m.barrier_naive = real(field(j, "barrier_naive"), "merge.barrier_naive");
-  m.barrier_aligned =
-      real(field(j, "barrier_aligned"), "merge.barrier_aligned");
-  m.residual_per_head =
-      numbers_from(field(j, "residual_per_head"), "merge.residual_per_head");
-  m.residual_mean = real(field(j, "residual_mean"), "merge.residual_mean");
-  m.residual_max = real(field(j, "residual_max"), "merge.residual_max");
-  m.rotation_error_per_head = numbers_from(field(j, "rotation_error_per_head"),
-                                           "merge.rotation_error_per_head");
-  m.rotation_error_mean =
-      real(field(j, "rotation_error_mean"), "merge.rotation_error_mean");
-  m.rotation_error_max =
-      real(field(j, "rotation_error_max"), "merge.rotation_error_max");
-  m.qk_drift_mean = real(field(j, "qk_drift_mean"), "merge.qk_drift_mean");
-  m.qk_drift_max = real(field(j, "qk_drift_max"), "merge.qk_drift_max");
-  return m;
 }
 
 }  // namespace
@@ -239,7 +195,7 @@ json to_json(const PairResult& r) {
   if (!r.merges.empty()) {
     json merges = json::array();
     for (const auto& m : r.merges)
-      merges.push_back(merge_to_json(m));
+      merges.push_back(to_json(m));
     j["merge"] = merges;
   }
   j["wall_s"] = r.wall_s;
@@ -281,7 +237,7 @@ PairResult from_json(const json& j) {
   if (j.contains("merge")) {
     TORCH_CHECK(j["merge"].is_array(), "field 'merge' is not an array");
     for (const json& m : j["merge"])
-      r.merges.push_back(merge_from_json(m));
+      r.merges.push_back(merge_point_from_json(m));
   }
   if (j.contains("wall_s"))
     r.wall_s = real(j["wall_s"], "wall_s");

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "twins/merge.h"
 #include "twins/metrics.h"
 #include "twins/spec.h"
 
@@ -24,25 +25,6 @@ const char* to_string(PairStatus status);  // "ok", "diverged"
 // Throws naming the value for anything else.
 PairStatus parse_pair_status(const std::string& text);
 
-// Head merging at one checkpoint (docs/protocol.md §9); filled only for
-// specs with merge_at steps.
-struct MergePoint {
-  int64_t step = 0;
-  std::vector<double> lambdas;     // 0, 0.1, ..., 1
-  std::vector<double> loss_naive;  // validation loss along lambda
-  std::vector<double> acc_naive;
-  std::vector<double> loss_aligned;  // copy 2 aligned per head first
-  std::vector<double> acc_aligned;
-  double barrier_naive = 0;  // max_l L(l) - linear interpolation
-  double barrier_aligned = 0;
-  std::vector<double> residual_per_head;  // ||W1 - R W2|| / ||W1||
-  double residual_mean = 0, residual_max = 0;
-  // ||R_h - A_h^T||_F for gauge twins (empty otherwise).
-  std::vector<double> rotation_error_per_head;
-  double rotation_error_mean = 0, rotation_error_max = 0;  // NaN if none
-  double qk_drift_mean = 0, qk_drift_max = 0;  // the invariant's drift
-};
-
 struct PairResult {
   PairSpec spec;
   std::vector<CurvePoint> curve;       // one per checkpoint, step 0 first
@@ -52,7 +34,7 @@ struct PairResult {
   std::array<double, 2> train_loss{};  // loss of the last training step
   PairStatus status = PairStatus::kOk;
   int64_t diverged_step = -1;      // first step with a non-finite loss
-  std::vector<MergePoint> merges;  // at spec.merge_at, in step order
+  std::vector<MergePoint> merges;  // head merging at spec.merge_at (§9)
   double wall_s = 0;               // seconds from its group's start to its end
   int group_pairs = 1;             // pairs that shared its copy 1's training
   std::string torch_version;

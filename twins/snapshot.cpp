@@ -4,15 +4,17 @@
 #include <torch/serialize/output-archive.h>
 #include <torch/version.h>
 
+#include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
 #include <sstream>
 
+#include "twins/io.h"
 #include "twins/pair.h"
 #include "twins/record.h"
-#include "twins/results.h"
 
 namespace twins {
 
@@ -25,34 +27,13 @@ std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
-// The model of `spec` for a task of `shape` (the shape twins::Pair builds).
-model::ModelConfig model_config(const PairSpec& spec,
-                                const data::TaskShape& shape) {
-  model::ModelConfig cfg;
-  cfg.vocab_in = shape.vocab_in;
-  cfg.vocab_out = shape.vocab_out;
-  cfg.n_ctx = shape.n_ctx;
-  cfg.causal = shape.causal;
-  cfg.last_only = shape.last_only;
-  cfg.depth = spec.depth;
-  cfg.d_model = spec.d_model;
-  cfg.heads = spec.heads;
-  cfg.mlp = spec.mlp;
-  cfg.validate();
-  return cfg;
-}
-
-// The spec fields of the result record (twins::to_json) and the step.
+// The spec fields of the result record (twins::spec_to_json), its key and
+// schema, and the step.
 json spec_json(const PairSpec& spec, int64_t step) {
-  PairResult r;
-  r.spec = spec;
-  r.torch_version = TORCH_VERSION;
-  json j = to_json(r);
-  for (const char* measured :
-       {"curve", "qk_drift_per_head", "val_acc", "val_loss", "train_loss",
-        "status", "diverged_step", "wall_s", "threads"}) {
-    j.erase(measured);
-  }
+  json j = spec_to_json(spec);
+  j["schema"] = kRecordSchema;
+  j["key"] = spec.key();
+  j["torch_version"] = TORCH_VERSION;
   j["saved_step"] = step;
   return j;
 }
@@ -81,12 +62,9 @@ PairSpec read_spec(const std::string& path, int64_t* step) {
                 first_line(e.what()), ")");
   }
   TORCH_CHECK(j.is_object(), "saved pair: '", path, "' is not a JSON object");
-  json record = j;  // what twins::from_json reads, without measurements
-  record["curve"] = json::array();
-  record["status"] = "saved";
   PairSpec spec;
   try {
-    spec = from_json(record).spec;
+    spec = spec_from_json(j);
   } catch (const c10::Error& e) {
     TORCH_CHECK(false, "saved pair: '", path,
                 "': ", first_line(e.what_without_backtrace()));
@@ -161,6 +139,26 @@ void read_model(const std::string& path, model::Transformer& m,
 }
 
 }  // namespace
+
+std::string snapshot_name(const PairSpec& spec) {
+  std::string label = spec.opt + "-" + to_string(spec.twin);
+  if (spec.uses_noise_scale())
+    label += "-" + format_scale(spec.noise_scale);
+  label += "-init" + std::to_string(spec.init_seed);
+  if (spec.uses_twin_seed())
+    label += "-seed" + std::to_string(spec.twin_seed);
+  for (char& c : label) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') {
+      c = '_';
+    }
+  }
+  uint64_t h = 1469598103934665603ull;  // FNV-1a of the key
+  for (unsigned char c : spec.key())
+    h = (h ^ c) * 1099511628211ull;
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(h ^ (h >> 32)));
+  return label + "-" + hex;
+}
 
 void save_pair(const std::string& dir, const PairSpec& spec, int64_t step,
                const model::Transformer& m1, const model::Transformer& m2) {

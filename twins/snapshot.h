@@ -28,6 +28,11 @@ inline constexpr const char* kSnapshotSpecFile = "spec.json";
 inline constexpr const char* kSnapshotModelFiles[2] = {"model1.pt",
                                                        "model2.pt"};
 
+// The directory name of a pair's snapshot inside a --save-models directory:
+// its label in file-name characters and a hash of its key, e.g.
+// "adam-gauge-init42-seed777-3f2a9c1d".
+std::string snapshot_name(const PairSpec& spec);
+
 // Writes both copies and the spec into `dir` (created if missing). An older
 // snapshot there is replaced: its spec.json goes first, so a crash midway
 // leaves a directory that does not load rather than a mixed pair. Throws
