@@ -8,13 +8,21 @@
 #include <mutex>
 
 #include "optim/adafactor.h"
+#include "optim/adam_mini.h"
 #include "optim/adam_p.h"
+#include "optim/adamuon.h"
+#include "optim/cautious.h"
 #include "optim/lion.h"
 #include "optim/muon.h"
+#include "optim/muon_torch.h"
+#include "optim/normuon.h"
 #include "optim/rmsprop.h"
 #include "optim/scalar_adam.h"
+#include "optim/scion.h"
 #include "optim/shampoo.h"
+#include "optim/shampoo_graft.h"
 #include "optim/signum.h"
+#include "optim/soap.h"
 
 namespace optim {
 
@@ -117,6 +125,101 @@ void add_builtins(Registry& r) {
                   "default p {}; p = 1 is adam, p = 0 scalar-adam "
                   "(equivariant)",
                   kDefaultAdamP)));
+  // Optimizers in current use, each as its reference implementation with
+  // its defaults; where the tool departs from them (dtype, no weight
+  // decay, refresh frequency) each header says so (docs/protocol.md §5.3).
+  r.entries.push_back(make_entry(
+      "soap",
+      "SOAP: Adam (betas 0.95) in the eigenbasis of Shampoo's EMA "
+      "statistics L, R, bases refreshed every 10 updates, no update at step "
+      "1; 1-D parameters plain Adam",
+      Equivariance::kEquivariant, SoapOptions(),
+      [](const ParamSplit& p, const SoapOptions& o) {
+        return std::make_unique<Soap>(p.all(), o);
+      }));
+  r.entries.push_back(make_entry(
+      "soap-right",
+      "SOAP with only the right (column) side preconditioned: Adam on G Q_R "
+      "(the control)",
+      Equivariance::kBasisDependent, SoapOptions().precondition_left(false),
+      [](const ParamSplit& p, const SoapOptions& o) {
+        return std::make_unique<Soap>(p.all(), o);
+      }));
+  r.entries.push_back(make_entry(
+      "adam-mini",
+      "Adam-mini: Adam's m per entry, one v per block (per head for W_Q, "
+      "W_K; per row for other matrices; per tensor otherwise)",
+      Equivariance::kEquivariant, AdamMiniOptions(),
+      [](const ParamSplit& p, const AdamMiniOptions& o) {
+        return std::make_unique<AdamMini>(p.all(), p.qk, p.heads, o);
+      }));
+  r.entries.push_back(make_entry(
+      "normuon",
+      "hybrid NorMuon: NS5 of Nesterov momentum 0.95, normalised per row by "
+      "an EMA of its mean square, rescaled to its norm; Adam 3e-4 on the "
+      "rest (near-equivariant: NS5 is not exactly orthogonal)",
+      Equivariance::kBasisDependent, NorMuonOptions(),
+      [](const ParamSplit& p, const NorMuonOptions& o) {
+        return std::make_unique<NorMuon>(p.matrices, p.others, o);
+      }));
+  r.entries.push_back(make_entry(
+      "adamuon",
+      "hybrid AdaMuon: NS5 of sign(Nesterov momentum), per-entry EMA of its "
+      "square, update RMS 0.2 lr; Adam (betas 0.9, 0.95) at the same lr on "
+      "the rest",
+      Equivariance::kBasisDependent, AdaMuonOptions(),
+      [](const ParamSplit& p, const AdaMuonOptions& o) {
+        return std::make_unique<AdaMuon>(p.matrices, p.others, o);
+      }));
+  r.entries.push_back(make_entry(
+      "scion-col",
+      "hybrid Scion, column-norm LMO of the averaged gradient (alpha 0.1, "
+      "scale 3) on hidden matrices; Adam 1e-3 on the rest",
+      Equivariance::kEquivariant, ScionOptions().norm(ScionNorm::kColumn),
+      [](const ParamSplit& p, const ScionOptions& o) {
+        return std::make_unique<Scion>(p.matrices, p.others, o);
+      }));
+  r.entries.push_back(make_entry(
+      "scion-row",
+      "hybrid Scion, row-norm LMO of the averaged gradient (alpha 0.1, "
+      "scale 3) on hidden matrices; Adam 1e-3 on the rest",
+      Equivariance::kBasisDependent, ScionOptions().norm(ScionNorm::kRow),
+      [](const ParamSplit& p, const ScionOptions& o) {
+        return std::make_unique<Scion>(p.matrices, p.others, o);
+      }));
+  r.entries.push_back(make_entry(
+      "shampoo-graft",
+      "hybrid shampoo with Adam grafting: the shampoo direction at the norm "
+      "of Adam's diagonal step (beta2 0.999, eps 1e-10); Adam 1e-3 on the "
+      "rest",
+      Equivariance::kBasisDependent, ShampooGraftOptions(),
+      [](const ParamSplit& p, const ShampooGraftOptions& o) {
+        return std::make_unique<ShampooGraft>(p.matrices, p.others, o);
+      }));
+  r.entries.push_back(make_entry(
+      "muon-torch",
+      "hybrid PyTorch Muon: Nesterov momentum 0.95 (EMA), NS on X/||X||, lr "
+      "times sqrt(max(1, rows/cols)); Adam 1e-3 on the rest",
+      Equivariance::kEquivariant, MuonTorchOptions(),
+      [](const ParamSplit& p, const MuonTorchOptions& o) {
+        return std::make_unique<MuonTorch>(p.matrices, p.others, o);
+      }));
+  r.entries.push_back(make_entry(
+      "cautious-sgd",
+      "cautious sgd: heavy-ball momentum 0.9 masked by 1[b g > 0], rescaled "
+      "by the mask's mean",
+      Equivariance::kBasisDependent, CautiousSgdOptions(),
+      [](const ParamSplit& p, const CautiousSgdOptions& o) {
+        return std::make_unique<CautiousSgd>(p.all(), o);
+      }));
+  r.entries.push_back(
+      make_entry("cautious-adam",
+                 "C-AdamW without weight decay: Adam's m masked by 1[m g > 0], "
+                 "rescaled by the mask's mean, eps 1e-6",
+                 Equivariance::kBasisDependent, CautiousAdamOptions(),
+                 [](const ParamSplit& p, const CautiousAdamOptions& o) {
+                   return std::make_unique<CautiousAdam>(p.all(), o);
+                 }));
 }
 
 Registry& registry() {

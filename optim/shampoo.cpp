@@ -28,18 +28,29 @@ torch::Tensor inverse_fourth_root(const torch::Tensor& A, double damping) {
   return (V * s.unsqueeze(0)).mm(V.t()).to(A.scalar_type());
 }
 
-void shampoo_update_(const torch::Tensor& p, const torch::Tensor& grad,
-                     const torch::Tensor& left, const torch::Tensor& right,
-                     const torch::Tensor& left_root,
-                     const torch::Tensor& right_root, bool refresh, double lr,
-                     double damping) {
+torch::Tensor shampoo_direction_(const torch::Tensor& grad,
+                                 const torch::Tensor& left,
+                                 const torch::Tensor& right,
+                                 const torch::Tensor& left_root,
+                                 const torch::Tensor& right_root, bool refresh,
+                                 double damping) {
   left.add_(grad.mm(grad.t()));
   right.add_(grad.t().mm(grad));
   if (refresh) {
     left_root.copy_(inverse_fourth_root(left, damping));
     right_root.copy_(inverse_fourth_root(right, damping));
   }
-  p.add_(left_root.mm(grad).mm(right_root), -lr);
+  return left_root.mm(grad).mm(right_root);
+}
+
+void shampoo_update_(const torch::Tensor& p, const torch::Tensor& grad,
+                     const torch::Tensor& left, const torch::Tensor& right,
+                     const torch::Tensor& left_root,
+                     const torch::Tensor& right_root, bool refresh, double lr,
+                     double damping) {
+  p.add_(shampoo_direction_(grad, left, right, left_root, right_root, refresh,
+                            damping),
+         -lr);
 }
 
 Shampoo::Shampoo(std::vector<torch::Tensor> matrices,

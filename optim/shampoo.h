@@ -87,6 +87,16 @@ class Shampoo : public StatefulOptimizer {
 // at 0); returned in A's dtype and device.
 torch::Tensor inverse_fourth_root(const torch::Tensor& A, double damping);
 
+// The statistics' update (and with `refresh` the roots' recomputation from
+// the updated L, R) in place, then the direction (L + lambda I)^(-1/4) G
+// (R + lambda I)^(-1/4) that a step subtracts lr times.
+torch::Tensor shampoo_direction_(const torch::Tensor& grad,
+                                 const torch::Tensor& left,
+                                 const torch::Tensor& right,
+                                 const torch::Tensor& left_root,
+                                 const torch::Tensor& right_root, bool refresh,
+                                 double damping);
+
 // One Shampoo step in place on p and the statistics; with `refresh` the
 // roots are recomputed from the updated L, R first.
 void shampoo_update_(const torch::Tensor& p, const torch::Tensor& grad,

@@ -55,6 +55,10 @@ const Config kConfigs[] = {
      "Optimizer zoo: gauge, identity, noise 1e-7 and 1e-5 twins per "
      "optimizer, mod-47 2L d64, 1500 steps, CPU float32",
      "mod47", 0, 0, 0, 0, "float32"},
+    {"zoo-modern", "zoo",
+     "Optimizers in current use: gauge, identity, noise 1e-7 and 1e-5 twins "
+     "per optimizer, mod-47 2L d64, 1500 steps, CPU float32",
+     "mod47", 0, 0, 0, 0, "float32"},
     {"dial", "dial",
      "Adam-p dial inside attention: gauge twins for p in {0, 1/8, 1/4, 1/2, "
      "3/4, 1}, lr 1e-3, mod-47 2L d64, 1500 steps, CPU float32",
@@ -297,6 +301,12 @@ std::vector<PairSpec> verdict_specs(PlanRequest r) {
 std::vector<std::string> zoo_optimizers() {
   return {"adam",   "sgd",  "scalar-adam", "muon",    "rmsprop",
           "signum", "lion", "adafactor",   "shampoo", "adam-p0.5"};
+}
+
+std::vector<std::string> modern_optimizers() {
+  return {"soap",       "soap-right",   "adam-mini",    "normuon",
+          "adamuon",    "scion-col",    "scion-row",    "shampoo-graft",
+          "muon-torch", "cautious-sgd", "cautious-adam"};
 }
 
 std::vector<double> dial_exponents() {

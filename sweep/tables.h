@@ -66,6 +66,11 @@ std::vector<twins::PairSpec> verdict_specs(PlanRequest request);
 // lion, adafactor, shampoo, adam-p0.5.
 std::vector<std::string> zoo_optimizers();
 
+// The optimizers in current use (table zoo-modern, docs/protocol.md §5.3):
+// soap, soap-right, adam-mini, normuon, adamuon, scion-col, scion-row,
+// shampoo-graft, muon-torch, cautious-sgd, cautious-adam.
+std::vector<std::string> modern_optimizers();
+
 // The merge steps of a run of `steps` steps when none are given: 1, 100 and
 // the last, those within the run (docs/protocol.md §9).
 std::vector<int64_t> default_merge_steps(int64_t steps);

@@ -1,0 +1,75 @@
+#include "optim/adam_mini.h"
+
+#include <cmath>
+
+namespace optim {
+
+Hparams AdamMiniOptions::hparams() const {
+  return {{"beta1", std::get<0>(betas())},
+          {"beta2", std::get<1>(betas())},
+          {"eps", eps()},
+          {"weight_decay", 0.0}};
+}
+
+void adam_mini_update_(const torch::Tensor& p, const torch::Tensor& grad,
+                       const torch::Tensor& exp_avg,
+                       const torch::Tensor& exp_avg_sq, int64_t step, double lr,
+                       double beta1, double beta2, double eps) {
+  const int64_t blocks = exp_avg_sq.size(0);
+  const torch::Tensor g = grad.reshape({blocks, -1});  // (blocks, per block)
+  exp_avg.view({blocks, -1}).mul_(beta1).add_(g, 1 - beta1);
+  exp_avg_sq.mul_(beta2).add_(g.square().mean(1, /*keepdim=*/true), 1 - beta2);
+  const double bias_correction1 = 1 - std::pow(beta1, step);
+  const double bias_correction2 = 1 - std::pow(beta2, step);
+  const torch::Tensor denom =
+      (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(eps);
+  p.view({blocks, -1})
+      .addcdiv_(exp_avg.view({blocks, -1}), denom, -lr / bias_correction1);
+}
+
+AdamMini::AdamMini(std::vector<torch::Tensor> params,
+                   std::vector<torch::Tensor> qk, int64_t heads,
+                   AdamMiniOptions defaults)
+    : StatefulOptimizer({torch::optim::OptimizerParamGroup(std::move(params))},
+                        std::make_unique<AdamMiniOptions>(defaults)),
+      heads_(heads) {
+  check_adam_options(defaults.lr(), defaults.betas(), defaults.eps());
+  TORCH_CHECK(heads >= 1, "AdamMini: invalid head count: ", heads);
+  for (const auto& w : qk) {
+    TORCH_CHECK(w.dim() == 2 && w.size(0) % heads == 0,
+                "AdamMini: a W_Q / W_K of shape ", w.sizes(),
+                " does not split into ", heads, " head blocks of rows");
+    qk_.insert(w.unsafeGetTensorImpl());
+  }
+}
+
+int64_t AdamMini::blocks(const torch::Tensor& p) const {
+  if (qk_.count(p.unsafeGetTensorImpl()))
+    return heads_;
+  return p.dim() == 2 ? p.size(0) : 1;
+}
+
+torch::Tensor AdamMini::step(LossClosure closure) {
+  return step_each<AdamMiniOptions>(
+      closure,
+      [](const AdamMiniOptions& o) {
+        check_adam_options(o.lr(), o.betas(), o.eps());
+      },
+      [&](const torch::Tensor& p, AdamMiniOptions& o) {
+        TORCH_CHECK(p.is_contiguous(), "AdamMini: parameter of shape ",
+                    p.sizes(), " is not contiguous");
+        auto& state = state_for<AdamMiniParamState>(p, [&] {
+          auto s = std::make_unique<AdamMiniParamState>();
+          const int64_t b = blocks(p);
+          s->exp_avg(torch::zeros({b, p.numel() / b}, p.options()));
+          s->exp_avg_sq(torch::zeros({b, 1}, p.options()));
+          return s;
+        });
+        state.step(state.step() + 1);
+        adam_mini_update_(p, p.grad(), state.exp_avg(), state.exp_avg_sq(),
+                          state.step(), o.lr(), std::get<0>(o.betas()),
+                          std::get<1>(o.betas()), o.eps());
+      });
+}
+
+}  // namespace optim

@@ -1,0 +1,167 @@
+#include "optim/soap.h"
+
+#include <cmath>
+
+namespace optim {
+
+namespace {
+
+void check_soap_options(const SoapOptions& o) {
+  check_adam_options(o.lr(), o.betas(), o.eps());
+  TORCH_CHECK(o.shampoo_beta() < 1.0,
+              "Invalid shampoo_beta value: ", o.shampoo_beta());
+  TORCH_CHECK(o.precondition_frequency() >= 1,
+              "Invalid precondition frequency: ", o.precondition_frequency());
+  TORCH_CHECK(o.max_precond_dim() >= 1,
+              "Invalid max_precond_dim: ", o.max_precond_dim());
+}
+
+// All dimensions of a tensor with `dims` dimensions but k.
+std::vector<int64_t> all_but(int64_t dims, int64_t k) {
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < dims; ++i) {
+    if (i != k)
+      out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace
+
+Hparams SoapOptions::hparams() const {
+  return {{"beta1", std::get<0>(betas())},
+          {"beta2", std::get<1>(betas())},
+          {"shampoo_beta", gram_beta()},
+          {"eps", eps()},
+          {"precondition_frequency", double(precondition_frequency())},
+          {"max_precond_dim", double(max_precond_dim())},
+          {"precondition_left", double(precondition_left())},
+          {"correct_bias", double(correct_bias())},
+          {"weight_decay", 0.0}};
+}
+
+double SoapOptions::gram_beta() const {
+  return shampoo_beta() >= 0 ? shampoo_beta() : std::get<1>(betas());
+}
+
+torch::Tensor soap_project(const torch::Tensor& g,
+                           const std::vector<torch::Tensor>& bases) {
+  TORCH_CHECK(static_cast<int64_t>(bases.size()) == g.dim(),
+              "soap_project: ", bases.size(), " bases for a tensor of shape ",
+              g.sizes());
+  // Each contraction consumes dimension 0 and appends the result last, so
+  // after one pass the dimensions are back in order.
+  torch::Tensor x = g;
+  for (const auto& q : bases) {
+    x = q.defined() ? torch::tensordot(x, q, {0}, {0}) : x.movedim(0, -1);
+  }
+  return x;
+}
+
+torch::Tensor soap_project_back(const torch::Tensor& g,
+                                const std::vector<torch::Tensor>& bases) {
+  TORCH_CHECK(static_cast<int64_t>(bases.size()) == g.dim(),
+              "soap_project_back: ", bases.size(),
+              " bases for a tensor of shape ", g.sizes());
+  torch::Tensor x = g;
+  for (const auto& q : bases) {
+    x = q.defined() ? torch::tensordot(x, q, {0}, {1}) : x.movedim(0, -1);
+  }
+  return x;
+}
+
+void soap_accumulate_(const std::vector<torch::Tensor>& stats,
+                      const torch::Tensor& grad, double beta) {
+  for (int64_t k = 0; k < static_cast<int64_t>(stats.size()); ++k) {
+    if (!stats[k].defined())
+      continue;
+    const auto others = all_but(grad.dim(), k);
+    stats[k].lerp_(torch::tensordot(grad, grad, others, others), 1 - beta);
+  }
+}
+
+torch::Tensor soap_eigenbasis(const torch::Tensor& stat) {
+  torch::Tensor vectors = std::get<1>(torch::linalg_eigh(stat, "L"));
+  return vectors.flip({1});  // eigh sorts ascending
+}
+
+torch::Tensor soap_refresh_basis(const torch::Tensor& stat,
+                                 const torch::Tensor& basis,
+                                 torch::Tensor& exp_avg_sq, int64_t dim) {
+  const torch::Tensor rayleigh = torch::diag(basis.t().mm(stat).mm(basis));
+  const torch::Tensor order = torch::argsort(rayleigh, 0, /*descending=*/true);
+  exp_avg_sq = exp_avg_sq.index_select(dim, order);
+  return std::get<0>(torch::linalg_qr(stat.mm(basis.index_select(1, order))));
+}
+
+void soap_step_(const torch::Tensor& p, const torch::Tensor& grad,
+                SoapParamState& s, const SoapOptions& o) {
+  if (s.bases().empty()) {
+    // First call: statistics and their eigenbases, no update.
+    std::vector<torch::Tensor> stats(grad.dim()), bases(grad.dim());
+    for (int64_t k = 0; k < grad.dim(); ++k) {
+      const int64_t n = grad.size(k);
+      const bool on = grad.dim() >= 2 && n <= o.max_precond_dim() &&
+                      (k > 0 || o.precondition_left());
+      if (on)
+        stats[k] = torch::zeros({n, n}, grad.options());
+    }
+    soap_accumulate_(stats, grad, o.gram_beta());
+    for (int64_t k = 0; k < grad.dim(); ++k) {
+      if (stats[k].defined())
+        bases[k] = soap_eigenbasis(stats[k]);
+    }
+    s.stats(std::move(stats));
+    s.bases(std::move(bases));
+    return;
+  }
+  const auto [beta1, beta2] = o.betas();
+  s.step(s.step() + 1);
+  const torch::Tensor projected = soap_project(grad, s.bases());
+  s.exp_avg().mul_(beta1).add_(projected, 1 - beta1);
+  s.exp_avg_sq().mul_(beta2).addcmul_(projected, projected, 1 - beta2);
+  const torch::Tensor denom = s.exp_avg_sq().sqrt().add_(o.eps());
+  double step_size = o.lr();
+  if (o.correct_bias()) {
+    step_size *= std::sqrt(1 - std::pow(beta2, s.step())) /
+                 (1 - std::pow(beta1, s.step()));
+  }
+  p.add_(soap_project_back(s.exp_avg() / denom, s.bases()), -step_size);
+
+  soap_accumulate_(s.stats(), grad, o.gram_beta());
+  if (s.step() % o.precondition_frequency() == 0) {
+    const torch::Tensor m = soap_project_back(s.exp_avg(), s.bases());
+    std::vector<torch::Tensor> bases = s.bases();
+    torch::Tensor v = s.exp_avg_sq();
+    for (int64_t k = 0; k < grad.dim(); ++k) {
+      if (bases[k].defined()) {
+        bases[k] = soap_refresh_basis(s.stats()[k], bases[k], v, k);
+      }
+    }
+    s.bases(std::move(bases));
+    s.exp_avg_sq(v);
+    s.exp_avg(soap_project(m, s.bases()).contiguous());
+  }
+}
+
+Soap::Soap(std::vector<torch::Tensor> params, SoapOptions defaults)
+    : StatefulOptimizer({torch::optim::OptimizerParamGroup(std::move(params))},
+                        std::make_unique<SoapOptions>(defaults)) {
+  check_soap_options(defaults);
+}
+
+torch::Tensor Soap::step(LossClosure closure) {
+  return step_each<SoapOptions>(
+      closure, [](const SoapOptions& o) { check_soap_options(o); },
+      [&](const torch::Tensor& p, SoapOptions& o) {
+        auto& state = state_for<SoapParamState>(p, [&] {
+          auto s = std::make_unique<SoapParamState>();
+          s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+          s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+          return s;
+        });
+        soap_step_(p, p.grad(), state, o);
+      });
+}
+
+}  // namespace optim
