@@ -257,6 +257,26 @@ TEST(Cli, AKilledDefaultRunResumes) {
 // `twin-run merge` trains pairs and measures merging at its steps; with
 // --save-models the pairs' copies are kept, and `merge --models` measures
 // them again without training: the same numbers, bit for bit.
+// The named table of head merging runs from the table command (its name
+// must not be taken for the merge subcommand): nine pairs, each merged at
+// steps 1 and the last.
+TEST(MergeCommand, TheMergingTableRunsAsATable) {
+  const fs::path dir = fresh_dir("merging");
+  Outcome o = twin_run("table merging --steps 2 --quiet --out t.jsonl", dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  std::ifstream f(dir / "t.jsonl");
+  int n = 0;
+  for (std::string line; std::getline(f, line); ++n) {
+    const auto j = nlohmann::json::parse(line);
+    ASSERT_EQ(j["merge"].size(), 2u) << line;
+    EXPECT_EQ(j["merge"][0]["step"], 1);
+    EXPECT_EQ(j["merge"][1]["step"], 2);
+  }
+  EXPECT_EQ(n, 9);
+  EXPECT_NE(slurp(dir / "t.md").find("barrier aligned"), std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST(MergeCommand, TrainsMeasuresSavesAndMeasuresSavedPairsAlike) {
   const fs::path dir = fresh_dir("merge");
   const std::string pairs =
