@@ -260,9 +260,11 @@ pairs = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 lines = open(sys.argv[2]).read().splitlines()
 missing = []
 for p in pairs:
-    # A pair's row: optimizer, twin [noise scale], init seed, twin seed.
+    # A pair's row: optimizer, twin label (identity twins are "A=I"; noise
+    # twins carry their scale), init seed, twin seed.
+    label = {"identity": "A=I"}.get(p["twin"], p["twin"])
     row = re.compile(r"^\s*{}\s+{}\s+(\S+\s+)?{}\s+{}\s".format(
-        re.escape(p["opt"]), re.escape(p["twin"]), p["init_seed"],
+        re.escape(p["opt"]), re.escape(label), p["init_seed"],
         "-" if p["twin_seed"] is None else p["twin_seed"]))
     if not any(row.match(l) for l in lines):
         missing.append(p["key"])
