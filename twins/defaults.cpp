@@ -36,7 +36,7 @@ const LrRow kRates[] = {
     {"scion-row", 0.02, 0.02},
     {"shampoo-graft", 1e-2, 1e-2},
     {"muon-torch", 1e-3, 1e-3},
-    {"cautious-sgd", 0.5, 0.5},
+    {"cautious-sgd", 0.5, 0.1},
     {"cautious-adam", 1e-3, 1e-3},
 };
 
