@@ -39,8 +39,8 @@ CLI::Validator positive_real() {
 }
 
 void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
-  const data::TaskDefaults& mod = data::task_defaults("mod47");
-  const data::TaskDefaults& lm = data::task_defaults("charlm");
+  const data::TaskDefaults mod = data::task_defaults("mod47");
+  const data::TaskDefaults lm = data::task_defaults("charlm");
   auto both = [](int64_t m, int64_t c) {
     return fmt::format("[default: {} for mod<p>, {} for charlm]", m, c);
   };

@@ -23,17 +23,6 @@ namespace {
 // ===========================================================================
 // Reading figures off PairResults
 
-double mean(const std::vector<double>& v) {
-  if (v.empty()) {
-    return std::nan("");
-  }
-  double s = 0;
-  for (double x : v) {
-    s += x;
-  }
-  return s / double(v.size());
-}
-
 // min–max of the finite values.
 Figure range_of(const std::vector<double>& values, Unit unit,
                 PaperValue p = {}) {

@@ -347,6 +347,20 @@ TEST(MergeCommand, TrainsMeasuresSavesAndMeasuresSavedPairsAlike) {
 // docs/usage.md: its flag tables are generated from --help and checked
 // against it here, so that they cannot drift.
 
+// CLI11 2.3 (Debian 12) prints a default as "TEXT=42", 2.4 (trixie) as
+// "TEXT [42]": the table takes the first form, so that it does not depend
+// on the version. A range "in [1 - 1024]" is not a default.
+std::string default_as_equals(std::string flag) {
+  while (!flag.empty() && flag.back() == ' ')
+    flag.pop_back();
+  const size_t open = flag.rfind(" [");
+  if (open == std::string::npos || flag.back() != ']' ||
+      (open >= 2 && flag.compare(open - 2, 2, "in") == 0))
+    return flag;
+  return flag.substr(0, open) + "=" +
+         flag.substr(open + 2, flag.size() - open - 3);
+}
+
 // The flag table of one command's --help: "| `--flag TYPE [default]` | what
 // it does |" per option, in --help's order (CLI11 puts an option's
 // description after two or more spaces, continuation lines indented).
@@ -376,6 +390,7 @@ std::string flag_table(const std::string& help) {
     }
   }
   for (auto [flag, what] : rows) {
+    flag = default_as_equals(flag);
     std::string escaped;
     for (char c : what)
       escaped += c == '|' ? std::string("\\|") : std::string(1, c);

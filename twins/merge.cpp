@@ -317,7 +317,7 @@ nlohmann::json to_json(const MergePoint& p) {
 
 MergePoint merge_point_from_json(const nlohmann::json& j) {
   MergePoint p;
-  const json& step = field(j, "step");
+  const json step = field(j, "step");
   TORCH_CHECK(step.is_number_integer(), "merge field 'step' is not an integer");
   p.step = step.get<int64_t>();
   p.lambdas = reals(field(j, "lambda"), "lambda");
