@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
   CLI::App* merge = app::setup_merge(cli, merge_flags);
   app::BenchFlags bench_flags;
   CLI::App* bench = app::setup_bench(cli, bench_flags);
+  // One command per call. Without this bound CLI11 would take a word after
+  // a command that names another command as that command: `table merge`
+  // must run the table named merge.
+  cli.require_subcommand(0, 1);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -63,7 +63,7 @@ const Config kConfigs[] = {
      "Adam-p dial inside attention: gauge twins for p in {0, 1/8, 1/4, 1/2, "
      "3/4, 1}, lr 1e-3, mod-47 2L d64, 1500 steps, CPU float32",
      "mod47", 0, 0, 0, 0, "float32"},
-    {"merging", "merge",
+    {"merge", "merge",
      "Head merging: the Table-3 pairs plus shampoo and adam-p0.5 gauge twins, "
      "barriers at steps 1, 100 and the last, mod-47 2L d64, 1500 steps, CPU "
      "float32",

@@ -254,15 +254,12 @@ TEST(Cli, AKilledDefaultRunResumes) {
   fs::remove_all(dir);
 }
 
-// `twin-run merge` trains pairs and measures merging at its steps; with
-// --save-models the pairs' copies are kept, and `merge --models` measures
-// them again without training: the same numbers, bit for bit.
-// The named table of head merging runs from the table command (its name
-// must not be taken for the merge subcommand): nine pairs, each merged at
-// steps 1 and the last.
-TEST(MergeCommand, TheMergingTableRunsAsATable) {
-  const fs::path dir = fresh_dir("merging");
-  Outcome o = twin_run("table merging --steps 2 --quiet --out t.jsonl", dir);
+// The named table of head merging runs from the table command (`table
+// merge` must not be taken for the merge subcommand): nine pairs, each
+// merged at steps 1 and the last.
+TEST(MergeCommand, TheMergeTableRunsAsATable) {
+  const fs::path dir = fresh_dir("merge-table");
+  Outcome o = twin_run("table merge --steps 2 --quiet --out t.jsonl", dir);
   ASSERT_EQ(o.code, 0) << o.err;
   std::ifstream f(dir / "t.jsonl");
   int n = 0;
@@ -277,6 +274,9 @@ TEST(MergeCommand, TheMergingTableRunsAsATable) {
   fs::remove_all(dir);
 }
 
+// `twin-run merge` trains pairs and measures merging at its steps; with
+// --save-models the pairs' copies are kept, and `merge --models` measures
+// them again without training: the same numbers, bit for bit.
 TEST(MergeCommand, TrainsMeasuresSavesAndMeasuresSavedPairsAlike) {
   const fs::path dir = fresh_dir("merge");
   const std::string pairs =

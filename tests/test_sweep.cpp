@@ -98,7 +98,7 @@ TEST(Tables, JobListsAreThePapersAndTheirKeysAreUnique) {
                                                {"zoo", 40},
                                                {"zoo-modern", 44},
                                                {"dial", 6},
-                                               {"merging", 9}};
+                                               {"merge", 9}};
   for (const auto& name : sweep::table_names()) {
     const sweep::Table t = sweep::make_table(name);
     ASSERT_TRUE(sizes.count(name)) << name;
