@@ -5,9 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# The last four serve the test suite only: a one-node SLURM cluster and GNU
+# parallel for the sharding tests, debootstrap for the LibTorch 2.6 check
+# (scripts/check-torch2.sh). Their services are not started here.
 packages=(build-essential cmake libtorch-dev libfmt-dev libcli11-dev
           libgtest-dev nlohmann-json3-dev libopenblas0-pthread gnuplot-nox
-          python3-torch)
+          python3-torch slurm-wlm munge parallel debootstrap)
+start=$SECONDS
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
@@ -32,3 +36,4 @@ elif (($#)); then
   cmake -S . -B build "$@"
 fi
 cmake --build build -j "$(nproc)"
+echo "setup: done in $((SECONDS - start)) s"
