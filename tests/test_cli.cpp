@@ -274,6 +274,23 @@ TEST(MergeCommand, TheMergeTableRunsAsATable) {
   fs::remove_all(dir);
 }
 
+// A merge step that is not a number, or lies past the last step: one line
+// naming it, a non-zero exit, and no results file.
+TEST(MergeCommand, BadMergeStepsAreOneLineErrorsAndWriteNothing) {
+  const fs::path dir = fresh_dir("merge-bad");
+  for (const std::string bad : {"abc", "50", "5,,7"}) {
+    const Outcome o = twin_run(
+        "merge --opt sgd --steps 20 --merge-at " + bad + " --out m.jsonl", dir);
+    EXPECT_NE(o.code, 0) << bad;
+    EXPECT_EQ(count_lines(o.err), 1) << o.err;
+    EXPECT_NE(o.err.find(bad == "5,,7" ? "--merge-at" : bad),
+              std::string::npos)
+        << o.err;
+    EXPECT_FALSE(fs::exists(dir / "m.jsonl")) << bad;
+  }
+  fs::remove_all(dir);
+}
+
 // `twin-run merge` trains pairs and measures merging at its steps; with
 // --save-models the pairs' copies are kept, and `merge --models` measures
 // them again without training: the same numbers, bit for bit.
