@@ -291,6 +291,42 @@ TEST(MergeCommand, BadMergeStepsAreOneLineErrorsAndWriteNothing) {
   fs::remove_all(dir);
 }
 
+// --plot draws the loss along lambda: one panel per optimizer, naive dashed
+// and aligned solid, from a data block per pair whose lambda = 0 and 1 rows
+// are the two copies' own losses (equal naive and aligned: alignment only
+// moves copy 2 within its gauge orbit, and lambda = 0 is copy 1).
+TEST(MergeCommand, PlotDrawsOnePanelPerOptimizerFromTheRecords) {
+  const fs::path dir = fresh_dir("merge-plot");
+  const Outcome o = twin_run(
+      "merge --task mod11 --d-model 16 --heads 4 --mlp 64 --opt sgd,adam "
+      "--steps 5 --plot --quiet --out p.jsonl",
+      dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const std::string gp = slurp(dir / "p-merge.gp");
+  EXPECT_NE(gp.find("multiplot layout 1,2"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("set title \"SGD\""), std::string::npos) << gp;
+  EXPECT_NE(gp.find("set title \"Adam\""), std::string::npos) << gp;
+  EXPECT_NE(gp.find("using 1:2 with linespoints dt 2"), std::string::npos);
+  std::ifstream dat(dir / "p-merge.dat");
+  std::vector<std::vector<double>> rows;
+  for (std::string line; std::getline(dat, line);) {
+    if (line.empty() || line[0] == '#')
+      continue;
+    std::istringstream in(line);
+    double l, naive, aligned;
+    in >> l >> naive >> aligned;
+    rows.push_back({l, naive, aligned});
+  }
+  ASSERT_EQ(rows.size(), 22u);  // two pairs, lambda = 0, 0.1, ..., 1
+  for (size_t b : {size_t(0), size_t(11)}) {
+    EXPECT_EQ(rows[b][0], 0);
+    EXPECT_EQ(rows[b][1], rows[b][2]);  // copy 1 itself
+    EXPECT_EQ(rows[b + 10][0], 1);
+    EXPECT_NEAR(rows[b + 10][1], rows[b + 10][2], 1e-6);  // copy 2, rotated
+  }
+  fs::remove_all(dir);
+}
+
 // `twin-run merge` trains pairs and measures merging at its steps; with
 // --save-models the pairs' copies are kept, and `merge --models` measures
 // them again without training: the same numbers, bit for bit.
