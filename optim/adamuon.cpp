@@ -86,8 +86,7 @@ torch::Tensor AdaMuon::step(LossClosure closure) {
             s->momentum_buffer(torch::zeros_like(p));
             s->v_buffer(torch::zeros_like(p));
           } else {
-            s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-            s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            start_adam_moments(*s, p);
           }
           return s;
         });
@@ -97,9 +96,7 @@ torch::Tensor AdaMuon::step(LossClosure closure) {
                                    state.v_buffer(), o),
                  -o.lr());
         } else {
-          adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(),
-                       state.step(), o.adam_lr(), std::get<0>(o.adam_betas()),
-                       std::get<1>(o.adam_betas()), o.adam_eps());
+          hybrid_adam_update_(p, grad, state, o);
         }
       });
 }

@@ -80,6 +80,22 @@ void adam_update_(const torch::Tensor& p, const torch::Tensor& grad,
                   int64_t step, double lr, double beta1, double beta2,
                   double eps);
 
+// The Adam half of a hybrid rule (its `others` group): the moments a state
+// starts with, and one Adam step at the options' adam_lr, adam_betas and
+// adam_eps, counted by the state's step.
+template <class State>
+void start_adam_moments(State& s, const torch::Tensor& p) {
+  s.exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+  s.exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+}
+template <class State, class Options>
+void hybrid_adam_update_(const torch::Tensor& p, const torch::Tensor& grad,
+                         State& s, const Options& o) {
+  adam_update_(p, grad, s.exp_avg(), s.exp_avg_sq(), s.step(), o.adam_lr(),
+               std::get<0>(o.adam_betas()), std::get<1>(o.adam_betas()),
+               o.adam_eps());
+}
+
 // The parameter groups of a hybrid rule (Muon, Shampoo): `matrices` (each
 // 2-D, updated by the rule itself) and `others` (updated by Adam), each
 // group with the defaults and its flag set by `with_flag(options, on)`.

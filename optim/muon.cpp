@@ -10,8 +10,7 @@ void check_muon_options(const MuonOptions& o) {
   TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
   TORCH_CHECK(0 <= o.momentum() && o.momentum() < 1.0,
               "Invalid momentum value: ", o.momentum());
-  TORCH_CHECK(o.ns_steps() >= 1, "Invalid Newton-Schulz steps: ",
-              o.ns_steps());
+  TORCH_CHECK(o.ns_steps() >= 1, "Invalid Newton-Schulz steps: ", o.ns_steps());
   check_adam_options(o.adam_lr(), o.adam_betas(), o.adam_eps());
 }
 
@@ -42,8 +41,7 @@ torch::Tensor Muon::step(LossClosure closure) {
           if (o.use_muon()) {
             s->momentum_buffer(torch::zeros_like(p));
           } else {
-            s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-            s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            start_adam_moments(*s, p);
           }
           return s;
         });
@@ -53,9 +51,7 @@ torch::Tensor Muon::step(LossClosure closure) {
           p.add_(newton_schulz5(state.momentum_buffer(), o.ns_steps()),
                  -o.lr());
         } else {
-          adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(),
-                       state.step(), o.adam_lr(), std::get<0>(o.adam_betas()),
-                       std::get<1>(o.adam_betas()), o.adam_eps());
+          hybrid_adam_update_(p, grad, state, o);
         }
       });
 }

@@ -88,8 +88,7 @@ torch::Tensor MuonTorch::step(LossClosure closure) {
           if (o.use_muon()) {
             s->momentum_buffer(torch::zeros_like(p));
           } else {
-            s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-            s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            start_adam_moments(*s, p);
           }
           return s;
         });
@@ -98,9 +97,7 @@ torch::Tensor MuonTorch::step(LossClosure closure) {
           p.add_(muon_torch_direction(grad, state.momentum_buffer(), o),
                  -o.lr());
         } else {
-          adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(),
-                       state.step(), o.adam_lr(), std::get<0>(o.adam_betas()),
-                       std::get<1>(o.adam_betas()), o.adam_eps());
+          hybrid_adam_update_(p, grad, state, o);
         }
       });
 }

@@ -84,8 +84,7 @@ torch::Tensor NorMuon::step(LossClosure closure) {
             s->momentum_buffer(torch::zeros_like(p));
             s->second_moment(torch::zeros({p.size(0), 1}, p.options()));
           } else {
-            s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-            s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            start_adam_moments(*s, p);
           }
           return s;
         });
@@ -95,9 +94,7 @@ torch::Tensor NorMuon::step(LossClosure closure) {
                                    state.second_moment(), o),
                  -o.lr());
         } else {
-          adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(),
-                       state.step(), o.adam_lr(), std::get<0>(o.adam_betas()),
-                       std::get<1>(o.adam_betas()), o.adam_eps());
+          hybrid_adam_update_(p, grad, state, o);
         }
       });
 }

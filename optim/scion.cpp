@@ -72,8 +72,7 @@ torch::Tensor Scion::step(LossClosure closure) {
           if (o.use_scion()) {
             s->momentum_buffer(torch::zeros_like(p));
           } else {
-            s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-            s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            start_adam_moments(*s, p);
           }
           return s;
         });
@@ -87,9 +86,7 @@ torch::Tensor Scion::step(LossClosure closure) {
                   : scion_row_lmo(b, o.normalized(), o.eps());
           p.add_(lmo, -o.lr() * o.scale());
         } else {
-          adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(),
-                       state.step(), o.adam_lr(), std::get<0>(o.adam_betas()),
-                       std::get<1>(o.adam_betas()), o.adam_eps());
+          hybrid_adam_update_(p, grad, state, o);
         }
       });
 }

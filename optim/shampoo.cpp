@@ -75,8 +75,7 @@ torch::Tensor Shampoo::step(LossClosure closure) {
             s->left_root(torch::empty({p.size(0), p.size(0)}, p.options()));
             s->right_root(torch::empty({p.size(1), p.size(1)}, p.options()));
           } else {
-            s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-            s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            start_adam_moments(*s, p);
           }
           return s;
         });
@@ -87,9 +86,7 @@ torch::Tensor Shampoo::step(LossClosure closure) {
                           state.left_root(), state.right_root(), refresh,
                           o.lr(), o.damping());
         } else {
-          adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(),
-                       state.step(), o.adam_lr(), std::get<0>(o.adam_betas()),
-                       std::get<1>(o.adam_betas()), o.adam_eps());
+          hybrid_adam_update_(p, grad, state, o);
         }
       });
 }

@@ -77,8 +77,7 @@ torch::Tensor ShampooGraft::step(LossClosure closure) {
             s->right_root(torch::empty({p.size(1), p.size(1)}, p.options()));
             s->graft_v(torch::zeros_like(p));
           } else {
-            s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-            s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            start_adam_moments(*s, p);
           }
           return s;
         });
@@ -92,9 +91,7 @@ torch::Tensor ShampooGraft::step(LossClosure closure) {
                             o.graft_beta2(), o.graft_eps()),
                  -o.lr());
         } else {
-          adam_update_(p, grad, state.exp_avg(), state.exp_avg_sq(),
-                       state.step(), o.adam_lr(), std::get<0>(o.adam_betas()),
-                       std::get<1>(o.adam_betas()), o.adam_eps());
+          hybrid_adam_update_(p, grad, state, o);
         }
       });
 }
