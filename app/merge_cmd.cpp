@@ -121,7 +121,8 @@ int merge_saved(const MergeFlags& f) {
   }
   const auto records = sweep::read_records({path});
   const auto all = results_of(records);
-  const report::Aggregate a = report::aggregate(report::Layout::kMerge, all);
+  const report::Aggregate a =
+      report::aggregate(report::parse_layout("merge"), all);
   report::write_outputs(a, all, stem_of(path), f.plot, a.title);
   fmt::print("{} saved pair(s) measured; records in {}\n", pairs.size(), path);
   return 0;
@@ -152,8 +153,9 @@ int run_merge(const MergeFlags& f) {
   const sweep::EngineOutcome run =
       sweep::run_sweep(specs, engine_options(f.run.engine, path, threads));
   const std::vector<twins::PairResult> results = results_of(run.records);
-  const report::Aggregate a = report::aggregate(
-      report::Layout::kMerge, results, {{"merge", "Head merging", {}, specs}});
+  const report::Aggregate a =
+      report::aggregate(report::parse_layout("merge"), results,
+                        {{"merge", "Head merging", {}, specs}});
   report::write_outputs(a, results, stem_of(path), f.plot, a.title);
   print_outcome(run, path);
   return 0;

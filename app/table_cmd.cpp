@@ -143,7 +143,7 @@ int aggregate_files(const TableFlags& f) {
     configs += (configs.empty() ? "" : "+") + config;
   }
   const std::vector<twins::PairResult> results = results_of(records);
-  const report::Layout layout =
+  const report::Layout& layout =
       tables.empty() ? report::infer_layout(results)
                      : report::parse_layout(tables.begin()->second.layout);
   const report::Aggregate a = report::aggregate(layout, results, expected);
@@ -153,7 +153,7 @@ int aggregate_files(const TableFlags& f) {
   std::string stem = stem_of(f.aggregate.front());
   if (f.aggregate.size() > 1) {
     const std::string what =
-        !configs.empty() ? configs : report::to_string(layout);
+        !configs.empty() ? configs : layout.name;
     stem = (fs::path(f.aggregate.front()).parent_path() / (what + "-merged"))
                .string();
   }

@@ -2,64 +2,22 @@
 // (docs/protocol.md §6 derived statistics, §7 numbers), each with the
 // paper's value beside it; written as Markdown (what a person reads) and
 // CSV (one figure per row).
+//
+// A table kind is one row of the list of layouts (report/layouts.cpp): its
+// name, its title, the sections it prints and the figures it draws. The
+// sections are built in report/paper_layouts.cpp (Table 3, D.5, Table 9)
+// and report/diagnostic_layouts.cpp (zoo, dial, merge); aggregate.cpp
+// applies a layout to records, render.cpp writes the result.
 #pragma once
 
-#include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "report/paper.h"
+#include "report/figure.h"
 #include "twins/result.h"
 
 namespace report {
-
-// How a table's results are summarised.
-enum class Layout {
-  kTable3,     // drift at steps 0 / 1 / 100 / last per (optimizer, twin) row
-  kMultiSeed,  // D.5: ranges over seeds, structural ratio, Muon chaos metric
-  kTable9,     // one row per configuration: onset ratio, equivariant floor
-  kZoo,        // per optimizer, predicted class against the verdict
-  kDial,       // Adam-p gauge drift against the exponent p
-  kMerge,      // head merging: barriers naive / aligned per checkpoint
-};
-const char* to_string(Layout layout);
-// "table3", "multiseed", "table9", "zoo", "dial", "merge"; throws naming
-// the value otherwise.
-Layout parse_layout(const std::string& name);
-
-// The layout of records that name no table: merge records for merging,
-// adam-p gauge twins only for the dial, the float64 set for Table 9,
-// several init seeds for the multi-seed summary, else Table 3.
-Layout infer_layout(const std::vector<twins::PairResult>& results);
-
-// What the results were expected to hold: a job list with its name, title
-// and the ways it differs from the paper's configuration.
-struct Expected {
-  std::string name;                     // "table3", "table3 shard 1/4"
-  std::string title;                    // one line
-  std::vector<std::string> deviations;  // "steps 50 (paper: 1500)"
-  std::vector<twins::PairSpec> pairs;
-};
-
-// How a figure is printed.
-enum class Unit {
-  kDrift,     // relative distance: 0, 0.77, 3.6e-3
-  kRatio,     // 662x
-  kDecades,   // 0.04
-  kAccuracy,  // 0.4020
-  kLoss,      // 2.531
-  kStep,      // 2
-};
-
-// One measured figure: a value (lo == hi) or a min–max range over `n` pairs.
-struct Figure {
-  double lo = std::nan("");
-  double hi = std::nan("");
-  int n = 0;  // pairs behind it; 0: not measured (missing pairs)
-  Unit unit = Unit::kDrift;
-  PaperValue paper;
-  std::string text() const;  // "–" when not measured
-};
 
 struct Section {
   struct Row {
@@ -77,8 +35,48 @@ struct Section {
   std::vector<std::string> notes;
 };
 
+struct Plot;  // report/plot.h
+
+using Records = std::vector<twins::PairResult>;
+
+// One section of a layout from the records (in canonical order), or none
+// when the records hold nothing it could show.
+using SectionBuilder = std::optional<Section> (*)(const Records&);
+
+// One kind of aggregate: how a table's results are summarised.
+struct Layout {
+  std::string name;   // table3, ...: what sweep::Table::layout names
+  std::string title;  // the aggregate's, unless one job list brings its own
+  std::vector<SectionBuilder> sections;  // in the order they are printed
+  std::vector<const Plot*> plots;        // what --plot draws, in order
+  // Whether records that name no table look like this layout's: the last
+  // layout of the list whose test holds is theirs. Null: never inferred.
+  bool (*fits)(const Records&) = nullptr;
+};
+
+// Every layout, from the general to the particular: table3, multiseed,
+// table9, zoo, dial, merge.
+const std::vector<Layout>& layouts();
+
+// The layout called `name`; throws naming the value and the known names.
+const Layout& parse_layout(const std::string& name);
+
+// The layout of records that name no table: merge records for merging,
+// adam-p gauge twins only for the dial, the float64 set for Table 9,
+// several init seeds for the multi-seed summary, else Table 3.
+const Layout& infer_layout(const Records& results);
+
+// What the results were expected to hold: a job list with its name, title
+// and the ways it differs from the paper's configuration.
+struct Expected {
+  std::string name;                     // "table3", "table3 shard 1/4"
+  std::string title;                    // one line
+  std::vector<std::string> deviations;  // "steps 50 (paper: 1500)"
+  std::vector<twins::PairSpec> pairs;
+};
+
 struct Aggregate {
-  Layout layout = Layout::kTable3;
+  Layout layout;
   std::string title;
   std::vector<std::string> notes;  // configuration, missing pairs, ...
   std::vector<Section> sections;
@@ -92,20 +90,17 @@ struct Aggregate {
 // configuration and the pairs still missing become notes. Without, every
 // record is used. The output does not depend on the order of `results`
 // (job-list order first, then by key).
-Aggregate aggregate(Layout layout,
-                    const std::vector<twins::PairResult>& results,
+Aggregate aggregate(const Layout& layout, const Records& results,
                     const std::vector<Expected>& expected = {});
 
 // The figure at (section id, row labels joined by ' ', column), or null.
 const Figure* find_figure(const Aggregate& a, const std::string& section,
                           const std::string& row, const std::string& column);
 
+// render.cpp
 std::string to_markdown(const Aggregate& a);
 // Header: section,row,column,n,measured_min,measured_max,paper_min,
 // paper_max,paper (numbers at full precision, empty when absent).
 std::string to_csv(const Aggregate& a);
-
-// "Adam", "SGD", "scalar-Adam", "Muon"; other names unchanged.
-std::string display_name(const std::string& opt);
 
 }  // namespace report

@@ -9,12 +9,18 @@ namespace report {
 
 namespace {
 
-// "figures: ...; script ..." on stdout, or why not in one line on stderr.
-void say_drawn(const PlotFiles& f, const std::string& what) {
+// "figure(s): ... (what they show); script ..." on stdout, or why not in
+// one line on stderr.
+void say_drawn(const Plot& plot, const PlotFiles& f) {
   if (!f.drawn) {
     fmt::print(stderr, "twin-run: {}\n", f.message);
     return;
   }
+  const std::string what =
+      plot.qk_caption
+          ? fmt::format("figures: {} ({}), {} ({})", f.drift_figure,
+                        plot.caption, f.qk_figure, plot.qk_caption)
+          : fmt::format("figure: {} ({})", f.drift_figure, plot.caption);
   fmt::print("{}; script {}\n", what, f.script);
 }
 
@@ -22,9 +28,7 @@ void say_drawn(const PlotFiles& f, const std::string& what) {
 
 void draw_figures(const std::vector<twins::PairResult>& results,
                   const std::string& out, const std::string& title) {
-  const PlotFiles f = plot_results(results, out, title);
-  say_drawn(f, fmt::format("figures: {} (Figure 2), {} (per-head QK drift)",
-                           f.drift_figure, f.qk_figure));
+  say_drawn(kDriftPlot, kDriftPlot.draw(results, out, title));
 }
 
 void write_outputs(const Aggregate& a,
@@ -38,16 +42,8 @@ void write_outputs(const Aggregate& a,
   fmt::print("tables: {}.md, {}.csv\n", stem, stem);
   if (!plot || results.empty())
     return;
-  if (a.layout == Layout::kMerge) {
-    // The merge figure only: saved pairs measured again have no curves.
-    const PlotFiles f = plot_merge(results, stem + "-merge.svg", title);
-    say_drawn(f, fmt::format("figure: {} (loss along lambda)", f.drift_figure));
-    return;
-  }
-  draw_figures(results, stem + ".svg", title);
-  if (a.layout == Layout::kDial) {
-    const PlotFiles f = plot_dial(results, stem + "-dial.svg", title);
-    say_drawn(f, fmt::format("figure: {} (drift against p)", f.drift_figure));
+  for (const Plot* p : a.layout.plots) {
+    say_drawn(*p, p->draw(results, stem + p->suffix, title));
   }
 }
 

@@ -11,8 +11,9 @@
 namespace report {
 
 // Writes <stem>.md and <stem>.csv (atomically) and prints the Markdown and
-// their names on stdout; with `plot`, draws <stem>.svg (Figure 2) and
-// <stem>-qk.svg, plus <stem>-dial.svg for the dial; for head merging only
+// their names on stdout; with `plot`, draws the figures of the aggregate's
+// layout (report/layouts.cpp): <stem>.svg (Figure 2) and <stem>-qk.svg,
+// plus <stem>-dial.svg for the dial; for head merging only
 // <stem>-merge.svg. A missing gnuplot is one line on stderr.
 void write_outputs(const Aggregate& a,
                    const std::vector<twins::PairResult>& results,

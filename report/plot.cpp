@@ -260,6 +260,265 @@ void draw_files(PlotFiles& f) {
               f.qk_figure.empty() ? "" : " and " + f.qk_figure);
 }
 
+// The extension of figure `out`: .svg or .png; throws for any other.
+std::string figure_extension(const std::string& out) {
+  const std::string ext = fs::path(out).extension().string();
+  TORCH_CHECK(ext == ".svg" || ext == ".png", "Unknown figure format: '", out,
+              "' (the name must end in .svg or .png)");
+  return ext;
+}
+
+std::string file_name(const std::string& path) {
+  return fs::path(path).filename().string();
+}
+
+// The files of a plot that draws one figure at `out`: OUT.gp and OUT.dat.
+PlotFiles one_figure_files(const std::string& out) {
+  PlotFiles f;
+  f.drift_figure = out;
+  f.script = stem_of(out) + ".gp";
+  f.drift_data = stem_of(out) + ".dat";
+  prepare_directory(out);
+  return f;
+}
+
+// `clauses` as one gnuplot plot command, one clause a line.
+std::string plot_command(const std::vector<std::string>& clauses) {
+  std::string s = "plot ";
+  for (size_t i = 0; i < clauses.size(); ++i) {
+    s += (i ? ", \\\n     " : "") + clauses[i];
+  }
+  return s + "\n";
+}
+
+// ---------------------------------------------------------------------------
+// Figure 2 and the per-head QK drift: the two figures of plot_results
+
+// The paper's colour of each optimizer where it has one, then the other
+// Okabe–Ito colours in first-seen order.
+std::map<std::string, std::string> colours_of(
+    const std::vector<Group>& groups) {
+  std::map<std::string, std::string> colour;
+  size_t more = 0;
+  for (const auto& g : groups) {
+    if (colour.count(g.opt)) {
+      continue;
+    }
+    auto it = kOptimizerColours.find(g.opt);
+    colour[g.opt] = it != kOptimizerColours.end()
+                        ? it->second
+                        : kMoreColours[more++ % std::size(kMoreColours)];
+  }
+  return colour;
+}
+
+// Figure 2: writes f.drift_data and returns the script that draws
+// f.drift_figure.
+std::string drift_figure_script(const std::vector<PairResult>& results,
+                                const PlotFiles& f, const std::string& ext,
+                                const std::string& title) {
+  const std::vector<Group> groups = group_pairs(results);
+  std::map<std::string, std::string> colour = colours_of(groups);
+  int64_t last_step = 1;
+  for (const auto& r : results) {
+    last_step = std::max(last_step, r.spec.steps);
+  }
+  std::ostringstream data;
+  data << "# " << title << "\n# relative logit drift per pair; "
+       << "one block (gnuplot index) per pair\n";
+  const std::vector<std::string> clauses =
+      drift_plot(groups, file_name(f.drift_data), data, colour);
+  write_text_atomically(f.drift_data, data.str());
+
+  std::string gp = fmt::format(
+      "# Drawn by twin-run plot; rerun with: gnuplot {}\n"
+      "# Figure 2 (paper): relative logit drift between twins against step.\n"
+      "set encoding utf8\n{}\nset output {}\n"
+      "set label 1 {} at screen 0.01, 0.96 left\n"
+      "set label 2 \"Figure 2: relative logit drift between the twins; gauge "
+      "twins solid, noise twins dotted\" at screen 0.01, 0.92 left\n"
+      "set tmargin 5\nset logscale xy\nset format y \"1e%T\"\n"
+      "set xlabel \"training step\"\n"
+      "set ylabel \"relative logit drift ‖Z − Z′‖ / mean ‖Z‖\"\n"
+      "set grid\nset key outside right top\nset xrange [1:{}]\n",
+      file_name(f.script), terminal(ext, 1100, 620),
+      gp_string(file_name(f.drift_figure)), gp_string(title),
+      std::max<int64_t>(last_step, 2));
+  gp += clauses.empty() ? "plot NaN notitle\n" : plot_command(clauses);
+  return gp + "unset output\nreset\n\n";
+}
+
+// The heatmaps as gnuplot matrices, one block per optimizer, each value
+// floored at kLogFloor; [lo, hi] gets the range of the log colour scale.
+std::string qk_data_text(const std::vector<Heatmap>& maps, double& lo,
+                         double& hi) {
+  std::ostringstream data;
+  lo = 1, hi = 0;
+  for (const auto& m : maps) {
+    data << fmt::format(
+        "# {} gauge: final QK drift, mean of {} pair(s); rows = layers, "
+        "columns = heads\n",
+        display_name(m.opt), m.pairs);
+    for (int64_t l = 0; l < m.layers; ++l) {
+      for (int64_t h = 0; h < m.heads; ++h) {
+        const double v = std::max(m.values[l * m.heads + h], kLogFloor);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+        data << fmt::format("{}{:.6e}", h ? " " : "", v);
+      }
+      data << "\n";
+    }
+    data << "\n\n";
+  }
+  if (hi <= lo) {
+    hi = lo * 10;
+  }
+  return data.str();
+}
+
+// One heatmap panel, block `i` of `data`; labels at or above `dark` on
+// the log colour scale are white.
+std::string qk_panel(const Heatmap& m, size_t i, const std::string& data,
+                     double dark) {
+  return fmt::format(
+      "set title {}\nset xrange [-0.5:{}.5]\nset yrange [-0.5:{}.5] "
+      "reverse\nset xtics 1\nset ytics 1\n"
+      "plot {} index {} matrix with image notitle, \\\n"
+      "     '' index {} matrix using 1:2:($3 < {:.3e} ? sprintf(\"%.1e\", "
+      "$3) : \"\") with labels font \",8\" tc rgb \"#000000\" notitle, "
+      "\\\n"
+      "     '' index {} matrix using 1:2:($3 >= {:.3e} ? sprintf(\"%.1e\", "
+      "$3) : \"\") with labels font \",8\" tc rgb \"#ffffff\" "
+      "notitle\n",
+      gp_string(fmt::format("{} (mean of {} pair{})", display_name(m.opt),
+                            m.pairs, m.pairs == 1 ? "" : "s")),
+      m.heads - 1, m.layers - 1, gp_string(data), i, i, dark, i, dark);
+}
+
+// The per-head QK drift, one panel per optimizer on a shared log colour
+// scale: writes f.qk_data and returns the script that draws f.qk_figure.
+std::string qk_figure_script(const std::vector<PairResult>& results,
+                             const PlotFiles& f, const std::string& ext,
+                             const std::string& title) {
+  const std::vector<Heatmap> maps = qk_heatmaps(results);
+  double lo = 1, hi = 0;
+  write_text_atomically(f.qk_data, qk_data_text(maps, lo, hi));
+  // Labels on the darker half of the log colour scale are white.
+  const double dark =
+      std::pow(10.0, std::log10(lo) + 0.6 * (std::log10(hi) - std::log10(lo)));
+  const size_t panels = std::max<size_t>(maps.size(), 1);
+  const size_t cols = std::min<size_t>(panels, 4);
+  const size_t rows = (panels + cols - 1) / cols;
+  std::string gp = fmt::format(
+      "# Final per-head QK drift ‖P − P′‖ / mean ‖P‖, P = W_Q,h^T W_K,h, of "
+      "the gauge twins.\n{}\nset output {}\n"
+      "set multiplot layout {},{} title {}\n"
+      "set logscale cb\nset cbrange [{:.3e}:{:.3e}]\nset format cb \"1e%T\"\n"
+      "set palette defined (0 \"#fff7bc\", 1 \"#fe9929\", 2 \"#cc4c02\", "
+      "3 \"#662506\")\n"
+      "set xlabel \"head\"\nset ylabel \"layer\"\nset yrange [] reverse\n",
+      terminal(ext, static_cast<int>(300 + 330 * cols),
+               static_cast<int>(120 + 300 * rows)),
+      gp_string(file_name(f.qk_figure)), rows, cols,
+      gp_string(title + ": final per-head QK drift of the gauge twins"), lo,
+      hi);
+  if (maps.empty()) {
+    gp += "set title \"no gauge pairs\"\nplot NaN notitle\n";
+  }
+  for (size_t i = 0; i < maps.size(); ++i) {
+    gp += qk_panel(maps[i], i, file_name(f.qk_data), dark);
+  }
+  return gp + "unset multiplot\nunset output\n";
+}
+
+// ---------------------------------------------------------------------------
+// The dial figure
+
+std::string dial_data_text(const std::vector<DialPoint>& points,
+                           const std::string& title) {
+  std::string data = fmt::format(
+      "# {}\n# Adam-p gauge twins: relative logit drift against p ('?': "
+      "none)\n# p init step0 step1 step100 final\n",
+      title);
+  auto cell = [](double v) {
+    return v > 0 && std::isfinite(v) ? fmt::format("{:.6e}", v)
+                                     : std::string("?");
+  };
+  for (const auto& d : points) {
+    data +=
+        fmt::format("{:g} {} {} {} {} {}\n", d.p, d.init_seed, cell(d.step0),
+                    cell(d.step1), cell(d.step100), cell(d.final));
+  }
+  return data;
+}
+
+std::string dial_script(const PlotFiles& f, const std::string& ext,
+                        const std::string& title) {
+  return fmt::format(
+      "# Drawn by twin-run table dial --plot; rerun with: gnuplot {}\n"
+      "set encoding utf8\n{}\nset output {}\n"
+      "set label 1 {} at screen 0.01, 0.96 left\nset tmargin 4\n"
+      "set datafile missing \"?\"\n"
+      "set logscale y\nset format y \"1e%T\"\nset xrange [-0.05:1.05]\n"
+      "set xlabel \"Adam-p exponent p (0: scalar-Adam, equivariant; 1: "
+      "Adam)\"\n"
+      "set ylabel \"relative logit drift of the gauge twin\"\n"
+      "set grid\nset key outside right top\n"
+      "plot {} using 1:4 with linespoints lw 2 pt 7 lc rgb \"#D55E00\" "
+      "title \"step 1\", \\\n"
+      "     '' using 1:5 with linespoints lw 2 pt 5 lc rgb \"#0072B2\" "
+      "title \"step 100\", \\\n"
+      "     '' using 1:6 with linespoints lw 2 pt 9 lc rgb \"#009E73\" "
+      "title \"final\", \\\n"
+      "     '' using 1:3 with linespoints dt 2 lc rgb \"#999999\" "
+      "title \"step 0 (float floor)\"\n"
+      "unset output\n",
+      file_name(f.script), terminal(ext, 1040, 560),
+      gp_string(file_name(f.drift_figure)), gp_string(title),
+      gp_string(file_name(f.drift_data)));
+}
+
+// ---------------------------------------------------------------------------
+// The head-merging figure
+
+// One panel: each pair's loss along lambda at its last merge step, naive
+// dashed and aligned solid in one colour per pair. Appends the pairs' data
+// blocks to `data`, numbered from `block` on, and returns the panel's
+// script.
+std::string merge_panel(const std::string& opt,
+                        const std::vector<const PairResult*>& pairs,
+                        const std::string& dat, int& block, std::string& data) {
+  const char* const twin_colours[] = {"#D55E00", "#0072B2", "#009E73",
+                                      "#CC79A7", "#E69F00", "#56B4E9"};
+  auto cell = [](double v) {
+    return std::isfinite(v) ? fmt::format("{:.9g}", v) : std::string("?");
+  };
+  std::vector<std::string> clauses;
+  int colour = 0;
+  for (const PairResult* r : pairs) {
+    const twins::MergePoint& m = r->merges.back();
+    data += fmt::format("# {} step {}\n", twins::pair_label(r->spec), m.step);
+    for (size_t i = 0; i < m.lambdas.size(); ++i) {
+      data += fmt::format("{} {} {}\n", m.lambdas[i], cell(m.naive.loss[i]),
+                          cell(m.aligned.loss[i]));
+    }
+    data += "\n\n";
+    const char* c = twin_colours[colour++ % 6];
+    const std::string label = twins::twin_label(r->spec);
+    clauses.push_back(fmt::format(
+        "{} index {} using 1:2 with linespoints dt 2 pt 6 lc rgb \"{}\" "
+        "notitle",
+        dat, block, c));
+    clauses.push_back(fmt::format(
+        "{} index {} using 1:3 with linespoints lw 2 pt 7 lc rgb \"{}\" "
+        "title {}",
+        dat, block, c, gp_string(fmt::format("{} (step {})", label, m.step))));
+    ++block;
+  }
+  return fmt::format("set title {}\n", gp_string(display_name(opt))) +
+         plot_command(clauses);
+}
+
 }  // namespace
 
 std::string find_on_path(const std::string& program) {
@@ -285,9 +544,7 @@ std::string find_on_path(const std::string& program) {
 
 PlotFiles plot_results(const std::vector<PairResult>& results,
                        const std::string& out, const std::string& title) {
-  const std::string ext = fs::path(out).extension().string();
-  TORCH_CHECK(ext == ".svg" || ext == ".png", "Unknown figure format: '", out,
-              "' (the name must end in .svg or .png)");
+  const std::string ext = figure_extension(out);
   TORCH_CHECK(!results.empty(), "No pairs to plot");
   const std::string stem = stem_of(out);
   PlotFiles f;
@@ -296,189 +553,29 @@ PlotFiles plot_results(const std::vector<PairResult>& results,
   f.script = stem + ".gp";
   f.drift_data = stem + "-drift.dat";
   f.qk_data = stem + "-qk.dat";
-  auto name = [](const std::string& p) {
-    return fs::path(p).filename().string();
-  };
   prepare_directory(out);
-
-  const std::vector<Group> groups = group_pairs(results);
-  std::map<std::string, std::string> colour;
-  size_t more = 0;
-  for (const auto& g : groups) {
-    if (colour.count(g.opt)) {
-      continue;
-    }
-    auto it = kOptimizerColours.find(g.opt);
-    colour[g.opt] = it != kOptimizerColours.end()
-                        ? it->second
-                        : kMoreColours[more++ % std::size(kMoreColours)];
-  }
-
-  int64_t last_step = 1;
-  for (const auto& r : results) {
-    last_step = std::max(last_step, r.spec.steps);
-  }
-  std::ostringstream drift_data;
-  drift_data << "# " << title << "\n# relative logit drift per pair; "
-             << "one block (gnuplot index) per pair\n";
-  const std::vector<std::string> clauses =
-      drift_plot(groups, name(f.drift_data), drift_data, colour);
-
-  std::ostringstream qk_data;
-  const std::vector<Heatmap> maps = qk_heatmaps(results);
-  double lo = 1, hi = 0;
-  for (const auto& m : maps) {
-    qk_data << fmt::format(
-        "# {} gauge: final QK drift, mean of {} pair(s); rows = layers, "
-        "columns = heads\n",
-        display_name(m.opt), m.pairs);
-    for (int64_t l = 0; l < m.layers; ++l) {
-      for (int64_t h = 0; h < m.heads; ++h) {
-        const double v = std::max(m.values[l * m.heads + h], kLogFloor);
-        lo = std::min(lo, v);
-        hi = std::max(hi, v);
-        qk_data << fmt::format("{}{:.6e}", h ? " " : "", v);
-      }
-      qk_data << "\n";
-    }
-    qk_data << "\n\n";
-  }
-  if (hi <= lo) {
-    hi = lo * 10;
-  }
-  // Labels on the darker half of the log colour scale are white.
-  const double dark =
-      std::pow(10.0, std::log10(lo) + 0.6 * (std::log10(hi) - std::log10(lo)));
-
-  std::string gp = fmt::format(
-      "# Drawn by twin-run plot; rerun with: gnuplot {}\n"
-      "# Figure 2 (paper): relative logit drift between twins against step.\n"
-      "set encoding utf8\n{}\nset output {}\n"
-      "set label 1 {} at screen 0.01, 0.96 left\n"
-      "set label 2 \"Figure 2: relative logit drift between the twins; gauge "
-      "twins solid, noise twins dotted\" at screen 0.01, 0.92 left\n"
-      "set tmargin 5\nset logscale xy\nset format y \"1e%T\"\n"
-      "set xlabel \"training step\"\n"
-      "set ylabel \"relative logit drift ‖Z − Z′‖ / mean ‖Z‖\"\n"
-      "set grid\nset key outside right top\nset xrange [1:{}]\n",
-      name(f.script), terminal(ext, 1100, 620), gp_string(name(f.drift_figure)),
-      gp_string(title), std::max<int64_t>(last_step, 2));
-  gp += clauses.empty() ? "plot NaN notitle\n" : "plot " + [&] {
-    std::string s;
-    for (size_t i = 0; i < clauses.size(); ++i) {
-      s += (i ? ", \\\n     " : "") + clauses[i];
-    }
-    return s;
-  }() + "\n";
-  gp += "unset output\nreset\n\n";
-
-  // The per-head figure: one panel per optimizer, a shared log colour scale.
-  const size_t panels = std::max<size_t>(maps.size(), 1);
-  const size_t cols = std::min<size_t>(panels, 4);
-  const size_t rows = (panels + cols - 1) / cols;
-  gp += fmt::format(
-      "# Final per-head QK drift ‖P − P′‖ / mean ‖P‖, P = W_Q,h^T W_K,h, of "
-      "the gauge twins.\n{}\nset output {}\n"
-      "set multiplot layout {},{} title {}\n"
-      "set logscale cb\nset cbrange [{:.3e}:{:.3e}]\nset format cb \"1e%T\"\n"
-      "set palette defined (0 \"#fff7bc\", 1 \"#fe9929\", 2 \"#cc4c02\", "
-      "3 \"#662506\")\n"
-      "set xlabel \"head\"\nset ylabel \"layer\"\nset yrange [] reverse\n",
-      terminal(ext, static_cast<int>(300 + 330 * cols),
-               static_cast<int>(120 + 300 * rows)),
-      gp_string(name(f.qk_figure)), rows, cols,
-      gp_string(title + ": final per-head QK drift of the gauge twins"), lo,
-      hi);
-  if (maps.empty()) {
-    gp += "set title \"no gauge pairs\"\nplot NaN notitle\n";
-  }
-  for (size_t i = 0; i < maps.size(); ++i) {
-    const Heatmap& m = maps[i];
-    gp += fmt::format(
-        "set title {}\nset xrange [-0.5:{}.5]\nset yrange [-0.5:{}.5] "
-        "reverse\nset xtics 1\nset ytics 1\n"
-        "plot {} index {} matrix with image notitle, \\\n"
-        "     '' index {} matrix using 1:2:($3 < {:.3e} ? sprintf(\"%.1e\", "
-        "$3) : \"\") with labels font \",8\" tc rgb \"#000000\" notitle, "
-        "\\\n"
-        "     '' index {} matrix using 1:2:($3 >= {:.3e} ? sprintf(\"%.1e\", "
-        "$3) : \"\") with labels font \",8\" tc rgb \"#ffffff\" "
-        "notitle\n",
-        gp_string(fmt::format("{} (mean of {} pair{})", display_name(m.opt),
-                              m.pairs, m.pairs == 1 ? "" : "s")),
-        m.heads - 1, m.layers - 1, gp_string(name(f.qk_data)), i, i, dark, i,
-        dark);
-  }
-  gp += "unset multiplot\nunset output\n";
-
-  write_text_atomically(f.drift_data, drift_data.str());
-  write_text_atomically(f.qk_data, qk_data.str());
+  const std::string gp = drift_figure_script(results, f, ext, title) +
+                         qk_figure_script(results, f, ext, title);
   write_text_atomically(f.script, gp);
-
   draw_files(f);
   return f;
 }
 
 PlotFiles plot_dial(const std::vector<PairResult>& results,
                     const std::string& out, const std::string& title) {
-  const std::string ext = fs::path(out).extension().string();
-  TORCH_CHECK(ext == ".svg" || ext == ".png", "Unknown figure format: '", out,
-              "' (the name must end in .svg or .png)");
+  const std::string ext = figure_extension(out);
   const std::vector<DialPoint> points = dial_points(results);
   TORCH_CHECK(!points.empty(), "No adam-p gauge pairs to plot");
-  PlotFiles f;
-  f.drift_figure = out;
-  f.script = stem_of(out) + ".gp";
-  f.drift_data = stem_of(out) + ".dat";
-  prepare_directory(out);
-
-  std::string data = fmt::format(
-      "# {}\n# Adam-p gauge twins: relative logit drift against p ('?': "
-      "none)\n# p init step0 step1 step100 final\n",
-      title);
-  auto cell = [](double v) {
-    return v > 0 && std::isfinite(v) ? fmt::format("{:.6e}", v)
-                                     : std::string("?");
-  };
-  for (const auto& d : points) {
-    data +=
-        fmt::format("{:g} {} {} {} {} {}\n", d.p, d.init_seed, cell(d.step0),
-                    cell(d.step1), cell(d.step100), cell(d.final));
-  }
-  const std::string dat = fs::path(f.drift_data).filename().string();
-  const std::string gp = fmt::format(
-      "# Drawn by twin-run table dial --plot; rerun with: gnuplot {}\n"
-      "set encoding utf8\n{}\nset output {}\n"
-      "set label 1 {} at screen 0.01, 0.96 left\nset tmargin 4\n"
-      "set datafile missing \"?\"\n"
-      "set logscale y\nset format y \"1e%T\"\nset xrange [-0.05:1.05]\n"
-      "set xlabel \"Adam-p exponent p (0: scalar-Adam, equivariant; 1: "
-      "Adam)\"\n"
-      "set ylabel \"relative logit drift of the gauge twin\"\n"
-      "set grid\nset key outside right top\n"
-      "plot {} using 1:4 with linespoints lw 2 pt 7 lc rgb \"#D55E00\" "
-      "title \"step 1\", \\\n"
-      "     '' using 1:5 with linespoints lw 2 pt 5 lc rgb \"#0072B2\" "
-      "title \"step 100\", \\\n"
-      "     '' using 1:6 with linespoints lw 2 pt 9 lc rgb \"#009E73\" "
-      "title \"final\", \\\n"
-      "     '' using 1:3 with linespoints dt 2 lc rgb \"#999999\" "
-      "title \"step 0 (float floor)\"\n"
-      "unset output\n",
-      fs::path(f.script).filename().string(), terminal(ext, 1040, 560),
-      gp_string(fs::path(out).filename().string()), gp_string(title),
-      gp_string(dat));
-  write_text_atomically(f.drift_data, data);
-  write_text_atomically(f.script, gp);
+  PlotFiles f = one_figure_files(out);
+  write_text_atomically(f.drift_data, dial_data_text(points, title));
+  write_text_atomically(f.script, dial_script(f, ext, title));
   draw_files(f);
   return f;
 }
 
 PlotFiles plot_merge(const std::vector<PairResult>& results,
                      const std::string& out, const std::string& title) {
-  const std::string ext = fs::path(out).extension().string();
-  TORCH_CHECK(ext == ".svg" || ext == ".png", "Unknown figure format: '", out,
-              "' (the name must end in .svg or .png)");
+  const std::string ext = figure_extension(out);
   // Panels in first-seen optimizer order; in each, one pair per line.
   std::vector<std::string> opts;
   std::map<std::string, std::vector<const PairResult*>> by_opt;
@@ -490,14 +587,7 @@ PlotFiles plot_merge(const std::vector<PairResult>& results,
     by_opt[r.spec.opt].push_back(&r);
   }
   TORCH_CHECK(!opts.empty(), "No pairs with merge measurements to plot");
-  PlotFiles f;
-  f.drift_figure = out;
-  f.script = stem_of(out) + ".gp";
-  f.drift_data = stem_of(out) + ".dat";
-  prepare_directory(out);
-
-  const char* const twin_colours[] = {"#D55E00", "#0072B2", "#009E73",
-                                      "#CC79A7", "#E69F00", "#56B4E9"};
+  PlotFiles f = one_figure_files(out);
   std::string data = fmt::format(
       "# {}\n# validation loss along lambda at the last merge step: lambda "
       "naive aligned, one block per pair\n",
@@ -511,44 +601,13 @@ PlotFiles plot_merge(const std::vector<PairResult>& results,
       "set datafile missing \"?\"\nset grid\nset key top center font \",9\"\n"
       "set xlabel \"lambda (0: copy 1, 1: copy 2)\"\n"
       "set ylabel \"validation loss\"\n",
-      fs::path(f.script).filename().string(),
-      terminal(ext, int(420 * cols), int(340 * rows)),
-      gp_string(fs::path(out).filename().string()), rows, cols,
+      file_name(f.script), terminal(ext, int(420 * cols), int(340 * rows)),
+      gp_string(file_name(out)), rows, cols,
       gp_string(title + " (dashed: naive, solid: aligned)"));
-  const std::string dat = gp_string(fs::path(f.drift_data).filename().string());
-  auto cell = [](double v) {
-    return std::isfinite(v) ? fmt::format("{:.9g}", v) : std::string("?");
-  };
+  const std::string dat = gp_string(file_name(f.drift_data));
   int block = 0;
   for (const auto& opt : opts) {
-    std::vector<std::string> clauses;
-    int colour = 0;
-    for (const PairResult* r : by_opt[opt]) {
-      const twins::MergePoint& m = r->merges.back();
-      data += fmt::format("# {} step {}\n", twins::pair_label(r->spec), m.step);
-      for (size_t i = 0; i < m.lambdas.size(); ++i) {
-        data += fmt::format("{} {} {}\n", m.lambdas[i], cell(m.naive.loss[i]),
-                            cell(m.aligned.loss[i]));
-      }
-      data += "\n\n";
-      const char* c = twin_colours[colour++ % 6];
-      const std::string label = twins::twin_label(r->spec);
-      clauses.push_back(fmt::format(
-          "{} index {} using 1:2 with linespoints dt 2 pt 6 lc rgb \"{}\" "
-          "notitle",
-          dat, block, c));
-      clauses.push_back(fmt::format(
-          "{} index {} using 1:3 with linespoints lw 2 pt 7 lc rgb \"{}\" "
-          "title {}",
-          dat, block, c,
-          gp_string(fmt::format("{} (step {})", label, m.step))));
-      ++block;
-    }
-    gp += fmt::format("set title {}\nplot ", gp_string(display_name(opt)));
-    for (size_t i = 0; i < clauses.size(); ++i) {
-      gp += (i ? ", \\\n     " : "") + clauses[i];
-    }
-    gp += "\n";
+    gp += merge_panel(opt, by_opt[opt], dat, block, data);
   }
   gp += "unset multiplot\nunset output\n";
   write_text_atomically(f.drift_data, data);
@@ -556,5 +615,11 @@ PlotFiles plot_merge(const std::vector<PairResult>& results,
   draw_files(f);
   return f;
 }
+
+// The figures the layouts draw (report/layouts.cpp).
+const Plot kDriftPlot = {".svg", plot_results, "Figure 2", "per-head QK drift"};
+const Plot kDialPlot = {"-dial.svg", plot_dial, "drift against p", nullptr};
+const Plot kMergePlot = {"-merge.svg", plot_merge, "loss along lambda",
+                         nullptr};
 
 }  // namespace report

@@ -46,6 +46,19 @@ PlotFiles plot_dial(const std::vector<twins::PairResult>& results,
 PlotFiles plot_merge(const std::vector<twins::PairResult>& results,
                      const std::string& out, const std::string& title);
 
+// One drawing a layout makes with --plot (report/layouts.cpp): `draw` at
+// <stem><suffix>, then one line naming its figure(s) and what they show.
+struct Plot {
+  const char* suffix;  // ".svg", "-dial.svg"
+  PlotFiles (*draw)(const std::vector<twins::PairResult>& results,
+                    const std::string& out, const std::string& title);
+  const char* caption;     // of drift_figure: "Figure 2"
+  const char* qk_caption;  // of qk_figure; null when it draws none
+};
+extern const Plot kDriftPlot;  // plot_results: Figure 2, per-head QK drift
+extern const Plot kDialPlot;   // plot_dial
+extern const Plot kMergePlot;  // plot_merge
+
 // The full path of `program` on PATH, or "" when there is none.
 std::string find_on_path(const std::string& program);
 

@@ -14,79 +14,8 @@ using twins::PairSpec;
 
 namespace {
 
-// The paper's configuration of one table: task, shape, steps, dtype.
-struct Config {
-  const char* name;
-  const char* layout;
-  const char* title;
-  const char* task;
-  int64_t depth, d_model, heads, steps;
-  const char* dtype;
-};
-
-// docs/protocol.md §7. Table 3 and D.5 ran on CPU in float32; Table 9 in
-// float64 (on GPU in the paper; float64 makes the device immaterial to the
-// claim). A zero shape or step count is the task's default
-// (data::task_defaults): the mod-47 tables run the model every other
-// command runs.
-const Config kConfigs[] = {
-    {"table3", "table3",
-     "Table 3: mod-47, 2L d64 4 heads, 1500 full-batch steps, CPU float32",
-     "mod47", 0, 0, 0, 0, "float32"},
-    {"multiseed", "multiseed",
-     "Appendix D.5 multi-seed summary: mod-47, 2L d64, 1500 steps, CPU "
-     "float32",
-     "mod47", 0, 0, 0, 0, "float32"},
-    {"table9-mod47", "table9",
-     "Table 9 row: mod-47, 2L d64 4 heads, 1500 steps, float64", "mod47", 0, 0,
-     0, 0, "float64"},
-    {"table9-mod97-4L", "table9",
-     "Table 9 row: mod-97, 4L d128 8 heads, 2000 steps, float64", "mod97", 4,
-     128, 8, 2000, "float64"},
-    {"table9-mod97-6L", "table9",
-     "Table 9 row: mod-97, 6L d256 8 heads, 2000 steps, float64", "mod97", 6,
-     256, 8, 2000, "float64"},
-    {"table9-charlm", "table9",
-     "Table 9 row: char-LM tiny-Shakespeare, 6L d256 8 heads, 3000 steps, "
-     "float64",
-     "charlm", 0, 0, 0, 0, "float64"},
-    // Beyond the paper: its diagnostics on the Table-3 model.
-    {"zoo", "zoo",
-     "Optimizer zoo: gauge, identity, noise 1e-7 and 1e-5 twins per "
-     "optimizer, mod-47 2L d64, 1500 steps, CPU float32",
-     "mod47", 0, 0, 0, 0, "float32"},
-    {"zoo-modern", "zoo",
-     "Optimizers in current use: gauge, identity, noise 1e-7 and 1e-5 twins "
-     "per optimizer, mod-47 2L d64, 1500 steps, CPU float32",
-     "mod47", 0, 0, 0, 0, "float32"},
-    {"dial", "dial",
-     "Adam-p dial inside attention: gauge twins for p in {0, 1/8, 1/4, 1/2, "
-     "3/4, 1}, lr 1e-3, mod-47 2L d64, 1500 steps, CPU float32",
-     "mod47", 0, 0, 0, 0, "float32"},
-    {"merge", "merge",
-     "Head merging: the Table-3 pairs plus shampoo and adam-p0.5 gauge twins, "
-     "barriers at steps 1, 100 and the last, mod-47 2L d64, 1500 steps, CPU "
-     "float32",
-     "mod47", 0, 0, 0, 0, "float32"},
-};
-
-// The paper's step count of a table.
-int64_t paper_steps(const Config& c) {
-  return c.steps != 0 ? c.steps : data::task_defaults(c.task).steps;
-}
-
-const Config& find_config(const std::string& name) {
-  for (const auto& c : kConfigs) {
-    if (name == c.name) {
-      return c;
-    }
-  }
-  std::string known;
-  for (const auto& c : kConfigs) {
-    known += (known.empty() ? "" : ", ") + std::string(c.name);
-  }
-  TORCH_CHECK(false, "Unknown table: '", name, "' (known: ", known, ")");
-}
+// ===========================================================================
+// Job-list builders: a table's pairs from the request of its configuration
 
 // Appends the pairs of one (optimizer, twin) row for the given seeds.
 class JobList {
@@ -112,6 +41,11 @@ class JobList {
   PlanRequest base_;
   std::vector<PairSpec> pairs_;
 };
+
+// Table 3: no --opt / --twin, so expand() gives the Table-3 rows.
+std::vector<PairSpec> table3_pairs(const PlanRequest& base) {
+  return expand(base);
+}
 
 // D.5: six Adam gauge pairs, Adam noise at 1e-7 and 1e-5, and two
 // (init, draw) combinations for each equivariant method; Muon's noise twins
@@ -144,12 +78,20 @@ std::vector<PairSpec> table9_pairs(const PlanRequest& base) {
   return jobs.take();
 }
 
-std::vector<PairSpec> zoo_pairs(const PlanRequest& base,
-                                std::vector<std::string> opts) {
-  PlanRequest r = base;
-  r.opts = std::move(opts);
-  r.adam_ps.clear();
-  return verdict_specs(r);
+// The verdict's four pairs for each of `opts`.
+std::vector<PairSpec> verdicts_of(PlanRequest base,
+                                  std::vector<std::string> opts) {
+  base.opts = std::move(opts);
+  base.adam_ps.clear();
+  return verdict_specs(base);
+}
+
+std::vector<PairSpec> zoo_pairs(const PlanRequest& base) {
+  return verdicts_of(base, zoo_optimizers());
+}
+
+std::vector<PairSpec> modern_zoo_pairs(const PlanRequest& base) {
+  return verdicts_of(base, modern_optimizers());
 }
 
 // Gauge twins of adam-p at every p of the dial, one learning rate for every
@@ -166,7 +108,8 @@ std::vector<PairSpec> dial_pairs(const PlanRequest& base) {
 // optimizers) and the gauge twins of two more rules, one equivariant but
 // chaotic (shampoo), one partly basis-dependent (adam-p0.5), each merged at
 // steps 1, 100 and the last.
-std::vector<PairSpec> merge_pairs(PlanRequest base) {
+std::vector<PairSpec> merge_pairs(const PlanRequest& table) {
+  PlanRequest base = table;
   base.merge_at = default_merge_steps(base.steps);
   std::vector<PairSpec> pairs = expand(base);  // the Table-3 rows
   base.opts = {"shampoo", "adam-p0.5"};
@@ -174,6 +117,138 @@ std::vector<PairSpec> merge_pairs(PlanRequest base) {
   for (auto& p : expand(base))
     pairs.push_back(std::move(p));
   return pairs;
+}
+
+// ===========================================================================
+// The tables
+
+// The paper's model of a table. A zero shape or step count is the task's
+// default (data::task_defaults): the mod-47 tables run the model every
+// other command runs.
+struct Model {
+  const char* task;
+  int64_t depth, d_model, heads, steps;
+  const char* dtype;
+};
+
+constexpr Model kTable3Model = {"mod47", 0, 0, 0, 0, "float32"};
+
+// One table: everything that tells it from the others.
+struct Config {
+  const char* name;    // what `twin-run table NAME` takes
+  const char* layout;  // its row in report's list of layouts
+  const char* title;   // one line: what the paper calls it
+  Model model;         // the paper's task, shape, steps and dtype
+  // The device the paper's figures come from: another one is a deviation;
+  // null where the device does not change the claim.
+  const char* paper_device;
+  std::vector<PairSpec> (*pairs)(const PlanRequest& base);  // the job list
+};
+
+// docs/protocol.md §7. Table 3 and D.5 ran on CPU in float32; Table 9 in
+// float64 (on GPU in the paper; float64 makes the device immaterial to the
+// claim). Beyond the paper, the zoo, the dial and merging are its
+// diagnostics on the Table-3 model, on CPU.
+const Config kConfigs[] = {
+    {"table3", "table3",
+     "Table 3: mod-47, 2L d64 4 heads, 1500 full-batch steps, CPU float32",
+     kTable3Model, "cpu", table3_pairs},
+    {"multiseed", "multiseed",
+     "Appendix D.5 multi-seed summary: mod-47, 2L d64, 1500 steps, CPU "
+     "float32",
+     kTable3Model, "cpu", multiseed_pairs},
+    {"table9-mod47",
+     "table9",
+     "Table 9 row: mod-47, 2L d64 4 heads, 1500 steps, float64",
+     {"mod47", 0, 0, 0, 0, "float64"},
+     nullptr,
+     table9_pairs},
+    {"table9-mod97-4L",
+     "table9",
+     "Table 9 row: mod-97, 4L d128 8 heads, 2000 steps, float64",
+     {"mod97", 4, 128, 8, 2000, "float64"},
+     nullptr,
+     table9_pairs},
+    {"table9-mod97-6L",
+     "table9",
+     "Table 9 row: mod-97, 6L d256 8 heads, 2000 steps, float64",
+     {"mod97", 6, 256, 8, 2000, "float64"},
+     nullptr,
+     table9_pairs},
+    {"table9-charlm",
+     "table9",
+     "Table 9 row: char-LM tiny-Shakespeare, 6L d256 8 heads, 3000 steps, "
+     "float64",
+     {"charlm", 0, 0, 0, 0, "float64"},
+     nullptr,
+     table9_pairs},
+    {"zoo", "zoo",
+     "Optimizer zoo: gauge, identity, noise 1e-7 and 1e-5 twins per "
+     "optimizer, mod-47 2L d64, 1500 steps, CPU float32",
+     kTable3Model, "cpu", zoo_pairs},
+    {"zoo-modern", "zoo",
+     "Optimizers in current use: gauge, identity, noise 1e-7 and 1e-5 twins "
+     "per optimizer, mod-47 2L d64, 1500 steps, CPU float32",
+     kTable3Model, "cpu", modern_zoo_pairs},
+    {"dial", "dial",
+     "Adam-p dial inside attention: gauge twins for p in {0, 1/8, 1/4, 1/2, "
+     "3/4, 1}, lr 1e-3, mod-47 2L d64, 1500 steps, CPU float32",
+     kTable3Model, "cpu", dial_pairs},
+    {"merge", "merge",
+     "Head merging: the Table-3 pairs plus shampoo and adam-p0.5 gauge twins, "
+     "barriers at steps 1, 100 and the last, mod-47 2L d64, 1500 steps, CPU "
+     "float32",
+     kTable3Model, "cpu", merge_pairs},
+};
+
+// The paper's step count of a table.
+int64_t paper_steps(const Config& c) {
+  return c.model.steps != 0 ? c.model.steps
+                            : data::task_defaults(c.model.task).steps;
+}
+
+const Config& find_config(const std::string& name) {
+  for (const auto& c : kConfigs) {
+    if (name == c.name) {
+      return c;
+    }
+  }
+  std::string known;
+  for (const auto& c : kConfigs) {
+    known += (known.empty() ? "" : ", ") + std::string(c.name);
+  }
+  TORCH_CHECK(false, "Unknown table: '", name, "' (known: ", known, ")");
+}
+
+// The request of table `c`'s configuration with `o` applied.
+PlanRequest base_request(const Config& c, const TableOverrides& o) {
+  PlanRequest base;
+  base.task = c.model.task;
+  base.depth = c.model.depth;
+  base.d_model = c.model.d_model;
+  base.heads = c.model.heads;
+  base.steps = o.steps != 0 ? o.steps : paper_steps(c);
+  base.dtype = !o.dtype.empty() ? o.dtype : c.model.dtype;
+  base.device = !o.device.empty() ? o.device : "cpu";
+  return base;
+}
+
+// How `base` differs from the paper's configuration of `c`.
+std::vector<std::string> deviations(const Config& c, const PlanRequest& base) {
+  std::vector<std::string> out;
+  if (base.steps != paper_steps(c)) {
+    out.push_back(
+        fmt::format("steps {} (paper: {})", base.steps, paper_steps(c)));
+  }
+  if (base.dtype != c.model.dtype) {
+    out.push_back(
+        fmt::format("dtype {} (paper: {})", base.dtype, c.model.dtype));
+  }
+  if (c.paper_device && base.device != c.paper_device) {
+    out.push_back(
+        fmt::format("device {} (paper: {})", base.device, c.paper_device));
+  }
+  return out;
 }
 
 }  // namespace
@@ -197,50 +272,13 @@ std::vector<std::string> table_names() {
 
 Table make_table(const std::string& name, const TableOverrides& o) {
   const Config& c = find_config(name);
+  const PlanRequest base = base_request(c, o);
   Table t;
   t.name = c.name;
   t.layout = c.layout;
   t.title = c.title;
-
-  PlanRequest base;
-  base.task = c.task;
-  base.depth = c.depth;
-  base.d_model = c.d_model;
-  base.heads = c.heads;
-  base.steps = o.steps != 0 ? o.steps : paper_steps(c);
-  base.dtype = !o.dtype.empty() ? o.dtype : c.dtype;
-  base.device = !o.device.empty() ? o.device : "cpu";
-
-  if (base.steps != paper_steps(c)) {
-    t.deviations.push_back(
-        fmt::format("steps {} (paper: {})", base.steps, paper_steps(c)));
-  }
-  if (base.dtype != c.dtype) {
-    t.deviations.push_back(
-        fmt::format("dtype {} (paper: {})", base.dtype, c.dtype));
-  }
-  // Table 3, D.5 (and the zoo and dial built on their model) are CPU
-  // results; Table 9 is float64, where the device does not change the claim
-  // (the paper ran it on a GPU).
-  const std::string layout = c.layout;
-  if (layout != "table9" && base.device != "cpu") {
-    t.deviations.push_back(fmt::format("device {} (paper: cpu)", base.device));
-  }
-
-  if (layout == "table3") {
-    t.pairs = expand(base);  // no --opt / --twin: the Table-3 rows
-  } else if (layout == "multiseed") {
-    t.pairs = multiseed_pairs(base);
-  } else if (layout == "table9") {
-    t.pairs = table9_pairs(base);
-  } else if (layout == "zoo") {
-    t.pairs = zoo_pairs(
-        base, name == "zoo-modern" ? modern_optimizers() : zoo_optimizers());
-  } else if (layout == "merge") {
-    t.pairs = merge_pairs(base);
-  } else {
-    t.pairs = dial_pairs(base);
-  }
+  t.pairs = c.pairs(base);
+  t.deviations = deviations(c, base);
   return t;
 }
 
@@ -250,7 +288,7 @@ TableOverrides overrides_of(const std::string& name, const PairSpec& spec) {
   if (spec.steps != paper_steps(c)) {
     o.steps = spec.steps;
   }
-  if (twins::dtype_name(spec.dtype) != c.dtype) {
+  if (twins::dtype_name(spec.dtype) != c.model.dtype) {
     o.dtype = twins::dtype_name(spec.dtype);
   }
   if (spec.device != "cpu") {

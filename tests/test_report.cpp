@@ -418,7 +418,8 @@ TEST(ZooTable, AggregateJudgesCompleteOptimizersAndMarksThePending) {
   auto sa = scalar_adam_like();
   results.push_back(sa[0]);  // scalar-adam: 2 of 4 pairs so far
   results.push_back(sa[1]);
-  const report::Aggregate a = report::aggregate(report::Layout::kZoo, results);
+  const report::Aggregate a =
+      report::aggregate(report::parse_layout("zoo"), results);
   const report::Section& s = only_section(a);
   ASSERT_EQ(s.rows.size(), 3u);
   EXPECT_EQ(s.rows[0].labels,
@@ -436,7 +437,8 @@ TEST(ZooTable, AggregateJudgesCompleteOptimizersAndMarksThePending) {
   results = quad("scalar-adam",
                  {1.8e-7, 3.9e-3, 0.1, 0.4, 0.67, 0.7, 0.75, 0.8, 0.81},
                  std::vector<double>(9, 1e-5), std::vector<double>(9, 1e-4));
-  const report::Aggregate w = report::aggregate(report::Layout::kZoo, results);
+  const report::Aggregate w =
+      report::aggregate(report::parse_layout("zoo"), results);
   const report::Section& wrong = only_section(w);
   EXPECT_EQ(wrong.rows[0].labels[3], "NO");
   EXPECT_TRUE(any_note_has(wrong, "0 of 1 verdicts as predicted"));
@@ -444,7 +446,7 @@ TEST(ZooTable, AggregateJudgesCompleteOptimizersAndMarksThePending) {
 
 TEST(DialTable, AggregateChecksMonotonyAndTheFloatFloor) {
   const report::Aggregate a =
-      report::aggregate(report::Layout::kDial, dial_records());
+      report::aggregate(report::parse_layout("dial"), dial_records());
   const report::Section& s = only_section(a);
   ASSERT_EQ(s.rows.size(), 6u);
   EXPECT_EQ(s.rows.front().labels[0], "0");
@@ -460,7 +462,8 @@ TEST(DialTable, AggregateChecksMonotonyAndTheFloatFloor) {
     if (r.spec.opt == "adam-p0")
       r.curve[1].logit_drift = 1e-4;
   }
-  const report::Aggregate ab = report::aggregate(report::Layout::kDial, bent);
+  const report::Aggregate ab =
+      report::aggregate(report::parse_layout("dial"), bent);
   const report::Section& b = only_section(ab);
   EXPECT_TRUE(any_note_has(b, "does NOT fall monotonically")) << b.notes[0];
   EXPECT_TRUE(any_note_has(b, "NOT at the float floor")) << b.notes[0];

@@ -534,10 +534,10 @@ TEST(Shards, MergedShardsAggregateLikeOneRun) {
   }
   spit(dir / "merged.jsonl", merged);
   const report::Expected t{"tiny", "tiny", {}, pairs};
-  const auto single = report::aggregate(report::Layout::kTable3,
+  const auto single = report::aggregate(report::parse_layout("table3"),
                                         results_in({dir / "full.jsonl"}), {t});
   const auto sharded = report::aggregate(
-      report::Layout::kTable3, results_in({dir / "merged.jsonl"}), {t});
+      report::parse_layout("table3"), results_in({dir / "merged.jsonl"}), {t});
   EXPECT_EQ(report::to_csv(sharded), report::to_csv(single));
   EXPECT_EQ(report::to_markdown(sharded), report::to_markdown(single));
   EXPECT_NE(report::to_csv(single).find("table3,Adam gauge,step 1,1,"),
@@ -576,9 +576,11 @@ TEST(Aggregate, RecordsOutsideTheJobListAreLeftOutAndNamed) {
   const auto results = results_in({dir / "a.jsonl"});
   ASSERT_EQ(results.size(), 14u);
   const report::Expected t{"tiny", "tiny", {}, pairs};
-  const auto mixed = report::aggregate(report::Layout::kTable3, results, {t});
-  const auto clean = report::aggregate(
-      report::Layout::kTable3, {results.begin(), results.begin() + 7}, {t});
+  const auto mixed =
+      report::aggregate(report::parse_layout("table3"), results, {t});
+  const auto clean =
+      report::aggregate(report::parse_layout("table3"),
+                        {results.begin(), results.begin() + 7}, {t});
   EXPECT_EQ(report::to_csv(mixed), report::to_csv(clean));
   const std::string md = report::to_markdown(mixed);
   EXPECT_NE(md.find("7 record(s) left out, not in the job list of tiny"),
@@ -697,7 +699,7 @@ TEST(Aggregate, MultiSeedStatisticsOfAHandMadeFile) {
   spit(dir / "h.jsonl", hand_made_jsonl());
   const auto results = results_in({dir / "h.jsonl"});
   ASSERT_EQ(results.size(), 11u);
-  const auto a = report::aggregate(report::Layout::kMultiSeed, results);
+  const auto a = report::aggregate(report::parse_layout("multiseed"), results);
   const std::string m = "multiseed", c = "measured";
   EXPECT_DOUBLE_EQ(lo(a, m, "Adam gauge, step-1 drift (min–max)", c), 3e-3);
   EXPECT_DOUBLE_EQ(hi(a, m, "Adam gauge, step-1 drift (min–max)", c), 5e-3);
@@ -743,8 +745,8 @@ TEST(Aggregate, MultiSeedStatisticsOfAHandMadeFile) {
 TEST(Aggregate, Table3AndTable9LayoutsOfAHandMadeFile) {
   const fs::path dir = fresh_dir("agg9");
   spit(dir / "h.jsonl", hand_made_jsonl());
-  const auto t3 =
-      report::aggregate(report::Layout::kTable3, results_in({dir / "h.jsonl"}));
+  const auto t3 = report::aggregate(report::parse_layout("table3"),
+                                    results_in({dir / "h.jsonl"}));
   EXPECT_DOUBLE_EQ(lo(t3, "table3", "Adam gauge", "step 1"), 3e-3);
   EXPECT_DOUBLE_EQ(hi(t3, "table3", "Adam gauge", "step 1"), 5e-3);
   EXPECT_DOUBLE_EQ(lo(t3, "table3", "Adam noise 1e-7", "step 1500"), 1e-5);
@@ -761,7 +763,7 @@ TEST(Aggregate, Table3AndTable9LayoutsOfAHandMadeFile) {
       << csv;
 
   spit(dir / "h64.jsonl", hand_made_jsonl("float64"));
-  const auto t9 = report::aggregate(report::Layout::kTable9,
+  const auto t9 = report::aggregate(report::parse_layout("table9"),
                                     results_in({dir / "h64.jsonl"}));
   const std::string row = "mod-47, 2L, d=64";
   EXPECT_DOUBLE_EQ(lo(t9, "table9", row, "Adam gauge, step 1"), 3e-3);
@@ -778,7 +780,7 @@ TEST(Aggregate, NamesMissingPairsAndDeviations) {
   sweep::TableOverrides o;
   o.steps = 3;
   const sweep::Table t = sweep::make_table("table3", o);
-  const auto a = report::aggregate(report::Layout::kTable3, {},
+  const auto a = report::aggregate(report::parse_layout("table3"), {},
                                    {{t.name, t.title, t.deviations, t.pairs}});
   const std::string md = report::to_markdown(a);
   EXPECT_NE(md.find("not the paper's configuration: steps 3 (paper: 1500)"),

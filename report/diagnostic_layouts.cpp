@@ -1,0 +1,255 @@
+// The sections of the diagnostics beyond the paper, on the Table-3 model:
+// the optimizer zoo's verdicts (docs/protocol.md §10), the Adam-p dial
+// (§5) and head merging (§9).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "optim/registry.h"
+#include "report/sections.h"
+#include "report/summary.h"
+#include "report/verdict.h"
+
+namespace report {
+
+using twins::PairResult;
+using twins::TwinKind;
+
+namespace {
+
+// ===========================================================================
+// The zoo
+
+// The class the registry predicts for `opt`, "–" for an unknown name.
+std::string predicted(const std::string& opt) {
+  return optim::has_optimizer(opt) ? std::string(optim::to_string(
+                                         optim::find_optimizer(opt).predicted))
+                                   : std::string("–");
+}
+
+bool verdict_as_predicted(const Verdict& v) {
+  return optim::has_optimizer(v.opt) &&
+         as_predicted(v, optim::find_optimizer(v.opt).predicted);
+}
+
+// One zoo row: the verdict's labels and the figures it rests on.
+Section::Row zoo_row(const Verdict& v) {
+  Section::Row row;
+  row.labels = {v.opt, predicted(v.opt), verdict_label(v),
+                verdict_as_predicted(v) ? "yes" : "NO"};
+  row.figures = {value(v.gauge_step1, 1, Unit::kDrift),
+                 value(v.noise_step1, 1, Unit::kDrift),
+                 value(v.onset_ratio_step1, 1, Unit::kRatio),
+                 value(double(v.onset_step), 1, Unit::kStep),
+                 value(v.onset_ratio, 1, Unit::kRatio),
+                 value(v.early_ratio, 1, Unit::kRatio),
+                 value(v.gauge_final, 1, Unit::kDrift),
+                 value(v.noise_final, 1, Unit::kDrift),
+                 value(v.track_decades, 1, Unit::kDecades),
+                 value(v.identity_max, 1, Unit::kDrift)};
+  return row;
+}
+
+std::string zoo_rules_note(size_t agree, size_t verdicts) {
+  return fmt::format(
+      "{} of {} verdicts as predicted. Rules (docs/protocol.md §10): invalid "
+      "if the A=I twin is ever non-zero; basis-dependent if at a checkpoint "
+      "from step 1 to step {} the gauge twin exceeds {:g}x the 1e-5 noise "
+      "twin (the largest such ratio is shown; the onset is taken at the first "
+      "step the rule moved the parameters, the paper's step-1 ratio beside "
+      "it); else equivariant, \"(chaotic)\" when the gauge twin ends above "
+      "{:g} while tracking its 1e-7 noise twin within {:g} decades past step "
+      "{} (the track column: the largest |log10(gauge / noise 1e-7)| there).",
+      agree, verdicts, kEarlyLastStep, kOnsetRatioThreshold, kChaoticFinalDrift,
+      kChaoticTrackDecades, kChaoticPastStep);
+}
+
+// ===========================================================================
+// The dial
+
+Figure drift(double v) {
+  return value(v, 1, Unit::kDrift);
+}
+
+// Monotone in p: each step-1 drift at least the one of the next smaller p
+// (points are sorted by p). The float floor: p = 0's step-1 drift within
+// 10x of the step-0 drift, the rounding of the gauge itself.
+std::string dial_checks_note(const std::vector<DialPoint>& points) {
+  bool monotone = true;
+  for (size_t i = 1; i < points.size(); ++i) {
+    monotone = monotone && points[i].step1 >= points[i - 1].step1;
+  }
+  const DialPoint& lo = points.front();
+  const DialPoint& hi = points.back();
+  return fmt::format(
+      "Step-1 drift {} as p goes to 0 ({} at p = {:g} down to {} at p = "
+      "{:g}); at p = {:g} it is {} the float floor ({}x the step-0 drift "
+      "{}, floor: within 10x).",
+      monotone ? "falls monotonically" : "does NOT fall monotonically",
+      drift(hi.step1).text(), hi.p, drift(lo.step1).text(), lo.p, lo.p,
+      lo.step1 <= 10 * lo.step0 ? "at" : "NOT at",
+      fmt::format("{:.2g}", lo.step1 / lo.step0), drift(lo.step0).text());
+}
+
+// ===========================================================================
+// Head merging
+
+using twins::MergePoint;
+
+// The merge section's figure columns: what each reads off a merge point.
+const std::pair<const char*, double (*)(const MergePoint&)> kMergeColumns[] = {
+    {"barrier naive", [](const MergePoint& m) { return m.naive.barrier; }},
+    {"barrier aligned", [](const MergePoint& m) { return m.aligned.barrier; }},
+    {"residual (mean)",
+     [](const MergePoint& m) { return m.alignment.residual_mean; }},
+    {"residual (max)",
+     [](const MergePoint& m) { return m.alignment.residual_max; }},
+    {"QK drift (mean)", [](const MergePoint& m) { return m.qk_drift_mean; }},
+    {"rotation error (mean)",
+     [](const MergePoint& m) { return m.alignment.rotation_error_mean; }},
+    {"rotation error (max)",
+     [](const MergePoint& m) { return m.alignment.rotation_error_max; }},
+};
+
+// One merge row: an optimizer, a twin and a merge checkpoint.
+struct MergeKey {
+  std::string opt, twin;
+  int64_t step;
+  bool operator<(const MergeKey& o) const {
+    return std::tie(opt, twin, step) < std::tie(o.opt, o.twin, o.step);
+  }
+};
+
+// The merge points of each row, rows in first-seen order.
+std::vector<std::pair<MergeKey, std::vector<const MergePoint*>>> merge_rows(
+    const Records& all) {
+  std::vector<std::pair<MergeKey, std::vector<const MergePoint*>>> rows;
+  std::map<MergeKey, size_t> index;
+  for (const auto& r : all) {
+    for (const auto& m : r.merges) {
+      const MergeKey k{r.spec.opt, twins::twin_label(r.spec), m.step};
+      auto [it, fresh] = index.emplace(k, rows.size());
+      if (fresh) {
+        rows.push_back({k, {}});
+      }
+      rows[it->second].second.push_back(&m);
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+// ===========================================================================
+// Sections
+
+// The zoo: one row per optimizer, the class the registry predicts beside
+// the verdict (report/verdict.h) on its four pairs; optimizers whose four
+// pairs are not all recorded yet as pending.
+std::optional<Section> zoo_section(const Records& all) {
+  Section s;
+  s.id = "zoo";
+  s.title = "Predicted class against the measured verdict";
+  s.label_columns = {"optimizer", "predicted", "measured", "as predicted"};
+  s.columns = {"gauge, step 1",   "noise 1e-5, step 1",
+               "ratio, step 1",   "onset step",
+               "onset ratio",     "largest ratio to step 10",
+               "gauge, final",    "noise 1e-7, final",
+               "track (decades)", "A=I, any step"};
+  std::vector<std::pair<std::string, size_t>> pending;
+  const std::vector<Verdict> verdicts = judge_all(all, &pending);
+  size_t agree = 0;
+  for (const Verdict& v : verdicts) {
+    agree += verdict_as_predicted(v);
+    s.rows.push_back(zoo_row(v));
+  }
+  for (const auto& [opt, n] : pending) {
+    Section::Row row;
+    row.labels = {opt, predicted(opt),
+                  fmt::format("pending ({} of 4 pairs)", n), "–"};
+    row.figures.assign(s.columns.size(), Figure{});
+    s.rows.push_back(std::move(row));
+  }
+  s.notes.push_back(zoo_rules_note(agree, verdicts.size()));
+  return s;
+}
+
+// The dial: Adam-p gauge drift against p, with the two properties the
+// dial should show checked in the notes.
+std::optional<Section> dial_section(const Records& all) {
+  Section s;
+  s.id = "dial";
+  s.title = "Adam-p gauge twins: drift against the exponent p";
+  s.label_columns = {"p", "init"};
+  s.columns = {"step 0", "step 1", "step 100", "final", "QK final"};
+  const std::vector<DialPoint> points = dial_points(all);
+  for (const auto& d : points) {
+    Section::Row row;
+    row.labels = {fmt::format("{:g}", d.p), std::to_string(d.init_seed)};
+    row.figures = {drift(d.step0), drift(d.step1), drift(d.step100),
+                   drift(d.final), drift(d.qk_final)};
+    s.rows.push_back(std::move(row));
+  }
+  if (points.size() >= 2) {
+    s.notes.push_back(dial_checks_note(points));
+  }
+  s.notes.push_back("```\n" + format_dial_plot(points) + "```");
+  return s;
+}
+
+// Head merging (docs/protocol.md §9): per optimizer, twin and merge
+// checkpoint, the loss barrier of the naive and of the aligned average, the
+// alignment residual, the invariant's drift and, for gauge twins, how far
+// the fitted rotation is from the twin's own.
+std::optional<Section> merge_section(const Records& all) {
+  Section s;
+  s.id = "merge";
+  s.title =
+      "Loss barrier between the twins, naive and after per-head "
+      "alignment";
+  s.label_columns = {"optimizer", "twin", "step"};
+  for (const auto& [name, get] : kMergeColumns) {
+    s.columns.push_back(name);
+  }
+  for (const auto& [k, points] : merge_rows(all)) {
+    Section::Row row;
+    row.labels = {display_name(k.opt), k.twin, std::to_string(k.step)};
+    for (const auto& [name, get] : kMergeColumns) {
+      std::vector<double> v;
+      for (const MergePoint* m : points) {
+        v.push_back(get(*m));
+      }
+      row.figures.push_back(range_of(v, Unit::kDrift));
+    }
+    s.rows.push_back(std::move(row));
+  }
+  s.notes.push_back(
+      "Barrier: max over lambda in {0, 0.1, ..., 1} of the validation loss "
+      "of (1 - lambda) copy 1 + lambda copy 2 above the straight line between "
+      "the two copies' losses. Aligned: copy 2's W_Q, W_K rows of every head "
+      "rotated first by the orthogonal Procrustes fit R_h to copy 1's. "
+      "Residual: ||W1_h - R_h W2_h|| / ||W1_h|| over the stacked Q/K rows. "
+      "Rotation error: ||R_h - A_h^T||_F, the fitted rotation against the "
+      "inverse of the gauge twin's own A_h (gauge twins only). "
+      "docs/protocol.md §9.");
+  return s;
+}
+
+// ===========================================================================
+// Which records are whose
+
+bool all_adam_p_gauge(const Records& all) {
+  return std::all_of(all.begin(), all.end(), [](const PairResult& r) {
+    return r.spec.opt.rfind("adam-p", 0) == 0 &&
+           r.spec.twin == TwinKind::kGauge;
+  });
+}
+
+bool all_merged(const Records& all) {
+  return std::all_of(all.begin(), all.end(),
+                     [](const PairResult& r) { return !r.merges.empty(); });
+}
+
+}  // namespace report
