@@ -1,8 +1,9 @@
 // The named job sets (docs/protocol.md §7): the paper's Table 3, the D.5
 // multi-seed summary and the four rows of Table 9, and beyond the paper the
-// optimizer zoo and the Adam-p dial; each a fixed list of PairSpecs plus the
-// name of the layout its aggregation uses (report::parse_layout). Also the
-// job list of a verdict, which the zoo is made of.
+// optimizer zoo, the Adam-p dial and head merging; each one row of a list
+// (sweep/tables.cpp) with its model, its job-list builder and the name of
+// the layout its aggregation uses (report::parse_layout). Also the job list
+// of a verdict, which the zoo is made of.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,7 @@ struct TableOverrides {
 
 struct Table {
   std::string name;                    // table3, multiseed, table9-mod47, ...
-  std::string layout;                  // table3, multiseed, table9, zoo, dial
+  std::string layout;                  // its row in report::layouts()
   std::string title;                   // one line: what the paper calls it
   std::vector<twins::PairSpec> pairs;  // the job list, in a fixed order
   // Ways this job list differs from the paper's ("steps 50 (paper: 1500)");

@@ -1,7 +1,8 @@
 // report/: the verdict rules on hand-made records (one case per verdict,
-// the edges of each threshold, the onset past step 1), the zoo and dial
-// aggregates and figures, and `twin-run verdict` and `twin-run table
-// zoo|dial` end to end.
+// the edges of each threshold, the onset past step 1), the list of layouts
+// against the tables that name its rows, how figures are written, the zoo
+// and dial aggregates and figures, and `twin-run verdict` and `twin-run
+// table zoo|dial` end to end.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -11,9 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "binary_helpers.h"
+#include "optim/registry.h"
 #include "report/aggregate.h"
 #include "report/plot.h"
 #include "report/summary.h"
@@ -271,13 +274,149 @@ TEST(Verdict, ASplitAfterStepOneUpToStepTenIsBasisDependent) {
   EXPECT_EQ(report::judge(r).verdict, VerdictClass::kEquivariant);
 }
 
-TEST(ZooTable, TenOptimizersFortyPairs) {
-  auto specs = sweep::make_table("zoo").pairs;
-  ASSERT_EQ(specs.size(), 40u);
-  EXPECT_EQ(specs.front().task, "mod47");
-  EXPECT_EQ(specs.front().dtype, torch::kFloat);
-  EXPECT_EQ(specs.back().opt, "adam-p0.5");
-  EXPECT_EQ(sweep::zoo_optimizers().size(), 10u);
+// A record of `spec` as a run of it leaves one: drift at steps 0, 1, 100
+// and the last, `scale` apart from the other records so that no two are
+// the same (0 throughout for an identity twin), and a merge point at each
+// merge step (docs/protocol.md §9).
+PairResult recorded(const twins::PairSpec& spec, double scale) {
+  const double k = spec.twin == TwinKind::kIdentity ? 0 : scale;
+  PairResult r =
+      record(spec.opt, spec.twin, spec.noise_scale, {0, 1, 100, spec.steps},
+             {1.8e-7 * k, 3e-3 * k, 0.3 * k, 0.6 * k});
+  r.spec = spec;
+  for (int64_t step : spec.merge_at) {
+    twins::MergePoint m;
+    m.step = step;
+    m.naive.barrier = 0.5 * scale;
+    m.aligned.barrier = 0.1 * scale;
+    r.merges.push_back(m);
+  }
+  return r;
+}
+
+std::vector<PairResult> recorded(const std::vector<twins::PairSpec>& specs) {
+  std::vector<PairResult> out;
+  for (size_t i = 0; i < specs.size(); ++i)
+    out.push_back(recorded(specs[i], 1 + 0.01 * double(i)));
+  return out;
+}
+
+// The verdicts need exactly four twins of each optimizer and the registry's
+// predicted class: every zoo table's records must give one verdict per
+// optimizer, none pending, each judged against a known class.
+TEST(ZooTable, EveryZooTableGivesOneVerdictPerOptimizerAndNonePending) {
+  int zoo_tables = 0;
+  for (const auto& name : sweep::table_names()) {
+    const sweep::Table t = sweep::make_table(name);
+    if (t.layout != "zoo")
+      continue;
+    ++zoo_tables;
+    std::vector<std::string> opts;
+    for (const auto& p : t.pairs) {
+      if (std::find(opts.begin(), opts.end(), p.opt) == opts.end())
+        opts.push_back(p.opt);
+    }
+    std::vector<std::pair<std::string, size_t>> pending;
+    const auto verdicts = report::judge_all(recorded(t.pairs), &pending);
+    EXPECT_TRUE(pending.empty()) << name << ": " << pending.front().first;
+    ASSERT_EQ(verdicts.size(), opts.size()) << name;
+    for (size_t i = 0; i < opts.size(); ++i) {
+      EXPECT_EQ(verdicts[i].opt, opts[i]) << name;
+      EXPECT_TRUE(optim::has_optimizer(opts[i])) << name << ": " << opts[i];
+    }
+  }
+  EXPECT_EQ(zoo_tables, 2);  // zoo and zoo-modern
+}
+
+// ---------------------------------------------------------------------------
+// The list of layouts and the tables that name its rows
+
+TEST(Layouts, EveryTableNamesOneRowOfTheListAndTheNamesAreUnique) {
+  std::set<std::string> names;
+  for (const report::Layout& l : report::layouts()) {
+    EXPECT_TRUE(names.insert(l.name).second) << l.name << " listed twice";
+    EXPECT_FALSE(l.sections.empty()) << l.name;
+  }
+  for (const auto& name : sweep::table_names()) {
+    const sweep::Table t = sweep::make_table(name);
+    EXPECT_EQ(report::parse_layout(t.layout).name, t.layout) << name;
+  }
+}
+
+TEST(Layouts, UnknownNameIsOneErrorNamingItAndEveryKnownName) {
+  try {
+    report::parse_layout("table4");
+    FAIL() << "no error for table4";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    EXPECT_NE(what.find("'table4'"), std::string::npos) << what;
+    for (const report::Layout& l : report::layouts())
+      EXPECT_NE(what.find(l.name), std::string::npos) << l.name;
+  }
+}
+
+// `twin-run table --aggregate` of records that name no table (a plain run)
+// must find the layout their job list would have given them.
+TEST(Layouts, RecordsOfAJobListAreFoundToBeItsLayoutWithoutTheTableName) {
+  for (const auto& name : sweep::table_names()) {
+    const sweep::Table t = sweep::make_table(name);
+    if (!report::parse_layout(t.layout).fits)
+      continue;  // the zoo's records look like Table 3's: it is never inferred
+    EXPECT_EQ(report::infer_layout(recorded(t.pairs)).name, t.layout) << name;
+  }
+}
+
+// In every layout the same records give the same Markdown and CSV in any
+// order, all of a job list's pairs count as recorded, and one missing pair
+// is named as such.
+TEST(Layouts, EveryLayoutIsIndependentOfRecordOrderAndNamesMissingPairs) {
+  for (const auto& name : sweep::table_names()) {
+    const sweep::Table t = sweep::make_table(name);
+    const report::Expected list{t.name, t.title, t.deviations, t.pairs};
+    const report::Layout& layout = report::parse_layout(t.layout);
+    std::vector<PairResult> records = recorded(t.pairs);
+    const auto forward = report::aggregate(layout, records, {list});
+    std::reverse(records.begin(), records.end());
+    const auto backward = report::aggregate(layout, records, {list});
+    EXPECT_EQ(report::to_markdown(forward), report::to_markdown(backward))
+        << name;
+    EXPECT_EQ(report::to_csv(forward), report::to_csv(backward)) << name;
+    EXPECT_EQ(report::to_markdown(forward).find("not recorded yet"),
+              std::string::npos)
+        << name;
+    EXPECT_EQ(forward.title, t.title) << name;
+    records.pop_back();
+    const std::string md =
+        report::to_markdown(report::aggregate(layout, records, {list}));
+    EXPECT_NE(md.find(fmt::format("{}: 1 of {} pairs not recorded yet", t.name,
+                                  t.pairs.size())),
+              std::string::npos)
+        << name;
+  }
+}
+
+// The forms docs/protocol.md §7 writes the paper's numbers in: a range
+// sharing one exponent ("3.4–5.4e-3"), plain decimals from 0.1 on
+// ("0.69–0.80", "0.65"), scientific below ("1.8e-7", "5.4e-16"), ratios
+// as "662x", accuracies to four places ("0.0023").
+TEST(Figure, TextWritesNumbersTheWayThePaperDoes) {
+  using report::Unit;
+  auto range = [](double lo, double hi, Unit u) {
+    return report::range_of({lo, hi}, u).text();
+  };
+  EXPECT_EQ(range(3.4e-3, 5.4e-3, Unit::kDrift), "3.4–5.4e-3");
+  EXPECT_EQ(range(0.69, 0.80, Unit::kDrift), "0.69–0.80");
+  EXPECT_EQ(range(1.8e-7, 3.6e-3, Unit::kDrift), "1.8e-7–3.6e-3");
+  EXPECT_EQ(report::value(0.65, 1, Unit::kDrift).text(), "0.65");
+  EXPECT_EQ(report::value(1.8e-7, 1, Unit::kDrift).text(), "1.8e-7");
+  EXPECT_EQ(report::value(5.4e-16, 1, Unit::kDrift).text(), "5.4e-16");
+  EXPECT_EQ(report::value(0, 1, Unit::kDrift).text(), "0");
+  EXPECT_EQ(report::value(662.4, 1, Unit::kRatio).text(), "662x");
+  EXPECT_EQ(report::value(0.0023, 1, Unit::kAccuracy).text(), "0.0023");
+  // Not measured: no pairs, or a value that is not finite.
+  EXPECT_EQ(report::Figure{}.text(), "–");
+  EXPECT_EQ(report::value(std::nan(""), 1, Unit::kDrift).text(), "–");
+  EXPECT_EQ(report::range_of({std::nan(""), 0.5}, Unit::kDrift).n, 1);
 }
 
 // Hand-made dial records: step-1 drift 4e-3 * p (the floor at p = 0).
@@ -293,20 +432,26 @@ std::vector<PairResult> dial_records() {
   return out;
 }
 
-TEST(DialTable, SixGaugePairsOneLrSortedByP) {
-  auto specs = sweep::make_table("dial").pairs;
-  ASSERT_EQ(specs.size(), 6u);
-  EXPECT_EQ(specs[0].opt, "adam-p0");
-  EXPECT_EQ(specs[1].opt, "adam-p0.125");
-  EXPECT_EQ(specs[5].opt, "adam-p1");
-  for (const auto& s : specs) {
-    EXPECT_EQ(s.twin, TwinKind::kGauge);
-    EXPECT_EQ(s.lr, 1e-3);
+// One gauge pair per exponent of the dial at one learning rate, and the
+// dial's points come back sorted by p whatever the order of the records.
+TEST(DialTable, OneGaugePairPerExponentAtOneLrAndPointsSortedByP) {
+  const auto specs = sweep::make_table("dial").pairs;
+  const std::vector<double> ps = sweep::dial_exponents();
+  ASSERT_EQ(specs.size(), ps.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(specs[i].twin, TwinKind::kGauge);
+    EXPECT_EQ(specs[i].lr, specs[0].lr) << specs[i].opt;
+    const std::optional<double> p = optim::adam_p_exponent(specs[i].opt);
+    ASSERT_TRUE(p.has_value()) << specs[i].opt;
+    EXPECT_EQ(*p, ps[i]) << specs[i].opt;
   }
-  auto points = report::dial_points(dial_records());
-  ASSERT_EQ(points.size(), 6u);
-  EXPECT_EQ(points.front().p, 0.0);
-  EXPECT_EQ(points.back().step1, 4e-3);
+  const auto records = dial_records();  // p = 1 first
+  const auto points = report::dial_points(records);
+  ASSERT_EQ(points.size(), records.size());
+  for (size_t i = 0; i < points.size(); ++i) {
+    EXPECT_EQ(points[i].p, ps[i]);
+    EXPECT_EQ(points[i].step1, ps[i] == 0 ? 1.6e-7 : 4e-3 * ps[i]);
+  }
 }
 
 // The text chart puts each mark where its value is: p = 1's step-1 drift
