@@ -149,15 +149,12 @@ std::vector<std::pair<MergeKey, std::vector<const MergePoint*>>> merge_rows(
 // the verdict (report/verdict.h) on its four pairs; optimizers whose four
 // pairs are not all recorded yet as pending.
 std::optional<Section> zoo_section(const Records& all) {
-  Section s;
-  s.id = "zoo";
-  s.title = "Predicted class against the measured verdict";
-  s.label_columns = {"optimizer", "predicted", "measured", "as predicted"};
-  s.columns = {"gauge, step 1",   "noise 1e-5, step 1",
-               "ratio, step 1",   "onset step",
-               "onset ratio",     "largest ratio to step 10",
-               "gauge, final",    "noise 1e-7, final",
-               "track (decades)", "A=I, any step"};
+  Section s = section_of(
+      "zoo", "Predicted class against the measured verdict",
+      {"optimizer", "predicted", "measured", "as predicted"},
+      {"gauge, step 1", "noise 1e-5, step 1", "ratio, step 1", "onset step",
+       "onset ratio", "largest ratio to step 10", "gauge, final",
+       "noise 1e-7, final", "track (decades)", "A=I, any step"});
   std::vector<std::pair<std::string, size_t>> pending;
   const std::vector<Verdict> verdicts = judge_all(all, &pending);
   size_t agree = 0;
@@ -179,11 +176,9 @@ std::optional<Section> zoo_section(const Records& all) {
 // The dial: Adam-p gauge drift against p, with the two properties the
 // dial should show checked in the notes.
 std::optional<Section> dial_section(const Records& all) {
-  Section s;
-  s.id = "dial";
-  s.title = "Adam-p gauge twins: drift against the exponent p";
-  s.label_columns = {"p", "init"};
-  s.columns = {"step 0", "step 1", "step 100", "final", "QK final"};
+  Section s = section_of(
+      "dial", "Adam-p gauge twins: drift against the exponent p", {"p", "init"},
+      {"step 0", "step 1", "step 100", "final", "QK final"});
   const std::vector<DialPoint> points = dial_points(all);
   for (const auto& d : points) {
     Section::Row row;
@@ -204,15 +199,14 @@ std::optional<Section> dial_section(const Records& all) {
 // alignment residual, the invariant's drift and, for gauge twins, how far
 // the fitted rotation is from the twin's own.
 std::optional<Section> merge_section(const Records& all) {
-  Section s;
-  s.id = "merge";
-  s.title =
-      "Loss barrier between the twins, naive and after per-head "
-      "alignment";
-  s.label_columns = {"optimizer", "twin", "step"};
+  std::vector<std::string> columns;
   for (const auto& [name, get] : kMergeColumns) {
-    s.columns.push_back(name);
+    columns.push_back(name);
   }
+  Section s = section_of(
+      "merge",
+      "Loss barrier between the twins, naive and after per-head alignment",
+      {"optimizer", "twin", "step"}, columns);
   for (const auto& [k, points] : merge_rows(all)) {
     Section::Row row;
     row.labels = {display_name(k.opt), k.twin, std::to_string(k.step)};

@@ -195,11 +195,9 @@ Section::Row table9_row(const std::string& id, const Records& g) {
 // docs/protocol.md §7 Table 3: one row per (optimizer, twin, noise scale), the
 // paper's rows first, then any other combination the results hold.
 std::optional<Section> table3_section(const Records& all) {
-  Section s;
-  s.id = "table3";
-  s.title = "Relative logit drift between the twins";
-  s.label_columns = {"optimizer", "twin"};
-  s.columns = {"step 0", "step 1", "step 100", last_column(all)};
+  Section s = section_of("table3", "Relative logit drift between the twins",
+                         {"optimizer", "twin"},
+                         {"step 0", "step 1", "step 100", last_column(all)});
   s.notes.push_back(
       "The paper's value in brackets (its last column is step 1500). A range "
       "a–b spans several pairs of the row.");
@@ -229,12 +227,8 @@ std::optional<Section> table3_extra_section(const Records& all) {
   if (adam.empty()) {
     return std::nullopt;
   }
-  Section e;
-  e.id = "table3-extra";
-  e.title = "Adam gauge twins at the end";
-  e.label_columns = {"figure"};
-  e.columns = {"measured"};
-  e.paper_column = true;
+  Section e = statistics_section("table3-extra", "Adam gauge twins at the end",
+                                 "figure");
   std::vector<double> qk, acc;
   for (const auto* r : adam) {
     qk.push_back(twins::final_qk_drift(*r));
@@ -253,12 +247,8 @@ std::optional<Section> table3_extra_section(const Records& all) {
 
 // Appendix D.5: ranges over seeds and the derived statistics of §6.
 std::optional<Section> multiseed_section(const Records& all) {
-  Section s;
-  s.id = "multiseed";
-  s.title = "Multi-seed summary (Appendix D.5)";
-  s.label_columns = {"statistic"};
-  s.columns = {"measured"};
-  s.paper_column = true;
+  Section s = statistics_section(
+      "multiseed", "Multi-seed summary (Appendix D.5)", "statistic");
   const Results gauge = pick(all, "adam", TwinKind::kGauge);
   add_row(s, "Adam gauge, step-1 drift (min–max)",
           range_of(at_step(gauge, 1), Unit::kDrift,
@@ -291,12 +281,10 @@ std::optional<Section> multiseed_section(const Records& all) {
 
 // Table 9: one row per configuration (task and model shape).
 std::optional<Section> table9_section(const Records& all) {
-  Section s;
-  s.id = "table9";
-  s.title = "Twin drift at scale and on real text";
-  s.label_columns = {"config"};
-  s.columns = {"Adam gauge, step 1", "eq., step 1 (worst)", "Adam, final",
-               "onset ratio", "A=I, any step"};
+  Section s =
+      section_of("table9", "Twin drift at scale and on real text", {"config"},
+                 {"Adam gauge, step 1", "eq., step 1 (worst)", "Adam, final",
+                  "onset ratio", "A=I, any step"});
   for (const auto& [id, g] : by_config(all)) {
     s.rows.push_back(table9_row(id, g));
   }

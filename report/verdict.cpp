@@ -60,11 +60,22 @@ bool as_predicted(const Verdict& v, optim::Equivariance predicted) {
           predicted == optim::Equivariance::kBasisDependent);
 }
 
-Verdict judge(const std::vector<PairResult>& records) {
+namespace {
+
+// The four records a verdict rests on.
+struct Four {
+  const PairResult* gauge = nullptr;
+  const PairResult* identity = nullptr;
+  const PairResult* noise = nullptr;  // 1e-7: the paper's triplet
+  const PairResult* onset = nullptr;  // 1e-5: the onset ratio's reference
+};
+
+// Sorts one optimizer's records into their four places; throws for a
+// mixed optimizer, an unexpected noise scale, or a twin missing or twice.
+Four sort_twins(const std::vector<PairResult>& records) {
   TORCH_CHECK(!records.empty(), "verdict: no records");
   const std::string& opt = records.front().spec.opt;
-  const PairResult *gauge = nullptr, *identity = nullptr, *noise = nullptr,
-                   *onset = nullptr;
+  Four f;
   for (const auto& r : records) {
     TORCH_CHECK(r.spec.opt == opt, "verdict: records of '", opt, "' and '",
                 r.spec.opt, "' mixed");
@@ -72,16 +83,16 @@ Verdict judge(const std::vector<PairResult>& records) {
     const char* what = "";
     switch (r.spec.twin) {
       case TwinKind::kGauge:
-        slot = &gauge, what = "gauge";
+        slot = &f.gauge, what = "gauge";
         break;
       case TwinKind::kIdentity:
-        slot = &identity, what = "identity";
+        slot = &f.identity, what = "identity";
         break;
       case TwinKind::kNoise:
         if (same_scale(r.spec.noise_scale, twins::kTripletNoiseScale)) {
-          slot = &noise, what = "noise 1e-7";
+          slot = &f.noise, what = "noise 1e-7";
         } else if (same_scale(r.spec.noise_scale, twins::kOnsetNoiseScale)) {
-          slot = &onset, what = "noise 1e-5";
+          slot = &f.onset, what = "noise 1e-5";
         } else {
           TORCH_CHECK(false, "verdict: '", opt, "' has a noise twin at ",
                       r.spec.noise_scale, " (expected 1e-7 and 1e-5)");
@@ -92,31 +103,24 @@ Verdict judge(const std::vector<PairResult>& records) {
                 " twins");
     *slot = &r;
   }
-  TORCH_CHECK(gauge && identity && noise && onset, "verdict: '", opt,
+  TORCH_CHECK(f.gauge && f.identity && f.noise && f.onset, "verdict: '", opt,
               "' needs gauge, identity, noise 1e-7 and noise 1e-5 twins; "
               "missing ",
-              !gauge      ? "gauge"
-              : !identity ? "identity"
-              : !noise    ? "noise 1e-7"
-                          : "noise 1e-5");
+              !f.gauge      ? "gauge"
+              : !f.identity ? "identity"
+              : !f.noise    ? "noise 1e-7"
+                            : "noise 1e-5");
+  return f;
+}
 
-  Verdict v;
-  v.opt = opt;
-  v.identity_max = twins::largest_drift(*identity);
-  v.gauge_step1 = twins::drift_at(*gauge, 1);
-  v.noise_step1 = twins::drift_at(*onset, 1);
-  v.onset_ratio_step1 = v.gauge_step1 / v.noise_step1;
-  // Copy 1 is the same in all four pairs: the gauge pair's tells when the
-  // rule first moved the parameters.
-  v.onset_step = twins::first_moving_step(*gauge);
-  v.gauge_onset = twins::drift_at(*gauge, v.onset_step);
-  v.noise_onset = twins::drift_at(*onset, v.onset_step);
-  v.onset_ratio = v.gauge_onset / v.noise_onset;
+// The largest gauge / noise-1e-5 ratio at checkpoints 1..kEarlyLastStep
+// into v.early_ratio, and where into v.early_step.
+void measure_early_ratio(const Four& f, Verdict& v) {
   v.early_ratio = kNaN;
-  for (const auto& c : gauge->curve) {
+  for (const auto& c : f.gauge->curve) {
     if (c.step < 1 || c.step > kEarlyLastStep)
       continue;
-    const double ratio = c.logit_drift / twins::drift_at(*onset, c.step);
+    const double ratio = c.logit_drift / twins::drift_at(*f.onset, c.step);
     if (std::isnan(ratio))
       continue;
     if (std::isnan(v.early_ratio) || ratio > v.early_ratio) {
@@ -124,19 +128,40 @@ Verdict judge(const std::vector<PairResult>& records) {
       v.early_step = c.step;
     }
   }
-  v.gauge_final = twins::final_drift(*gauge);
-  v.noise_final = twins::final_drift(*noise);
-  v.track_decades = twins::tracking(*gauge, *noise);
+}
+
+// Every figure the rules read, and a note on each twin that diverged.
+Verdict measure(const Four& f) {
+  Verdict v;
+  v.opt = f.gauge->spec.opt;
+  v.identity_max = twins::largest_drift(*f.identity);
+  v.gauge_step1 = twins::drift_at(*f.gauge, 1);
+  v.noise_step1 = twins::drift_at(*f.onset, 1);
+  v.onset_ratio_step1 = v.gauge_step1 / v.noise_step1;
+  // Copy 1 is the same in all four pairs: the gauge pair's tells when the
+  // rule first moved the parameters.
+  v.onset_step = twins::first_moving_step(*f.gauge);
+  v.gauge_onset = twins::drift_at(*f.gauge, v.onset_step);
+  v.noise_onset = twins::drift_at(*f.onset, v.onset_step);
+  v.onset_ratio = v.gauge_onset / v.noise_onset;
+  measure_early_ratio(f, v);
+  v.gauge_final = twins::final_drift(*f.gauge);
+  v.noise_final = twins::final_drift(*f.noise);
+  v.track_decades = twins::tracking(*f.gauge, *f.noise);
   for (const auto& [twin, r] :
-       {std::pair<const char*, const PairResult*>{"gauge", gauge},
-        {"identity", identity},
-        {"noise 1e-7", noise},
-        {"noise 1e-5", onset}}) {
+       {std::pair<const char*, const PairResult*>{"gauge", f.gauge},
+        {"identity", f.identity},
+        {"noise 1e-7", f.noise},
+        {"noise 1e-5", f.onset}}) {
     const std::string n = diverged_note(twin, *r);
     if (!n.empty())
       v.note += (v.note.empty() ? "" : "; ") + n;
   }
+  return v;
+}
 
+// The rules of report/verdict.h, in order, on the measured figures.
+void classify(Verdict& v) {
   if (v.identity_max != 0) {
     v.verdict = VerdictClass::kInvalid;
   } else if (v.onset_step < 0 || std::isnan(v.onset_ratio)) {
@@ -148,6 +173,13 @@ Verdict judge(const std::vector<PairResult>& records) {
     v.chaotic = v.gauge_final > kChaoticFinalDrift &&
                 v.track_decades <= kChaoticTrackDecades;
   }
+}
+
+}  // namespace
+
+Verdict judge(const std::vector<PairResult>& records) {
+  Verdict v = measure(sort_twins(records));
+  classify(v);
   return v;
 }
 
