@@ -1,6 +1,8 @@
-// The one engine every command that trains goes through (the default run,
-// `verdict`, `table`, `merge`): a job list of PairSpecs run against a
-// results file that may already hold some of it. What it does, in order:
+// The one engine every command that trains or measures pairs goes through
+// (the default run, `verdict`, `table`, `merge`, `merge --models`, each by
+// way of sweep/command.h), and the one writer of results files: a job list
+// of PairSpecs run against a results file that may already hold some of
+// it. What it does, in order:
 //   - resume: pairs whose key the file holds are skipped; a pair the file
 //     holds under another key (another record schema, other optimizer
 //     hyperparameters, other merge checkpoints) is an error naming the
