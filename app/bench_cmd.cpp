@@ -1,20 +1,13 @@
 #include "app/bench_cmd.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <ctime>
-#include <filesystem>
-#include <fstream>
-#include <thread>
 
 #include "app/flags.h"
 #include "twins/io.h"
 
 namespace app {
-
-namespace fs = std::filesystem;
 
 CLI::App* setup_bench(CLI::App& app, BenchFlags& f) {
   CLI::App* cmd = app.add_subcommand(
@@ -22,11 +15,11 @@ CLI::App* setup_bench(CLI::App& app, BenchFlags& f) {
       "Speed of a twin pair: seconds per pair-step, model GFLOP/s, the "
       "matrix-multiply roof of the same shapes, and optionally eager "
       "PyTorch side by side");
-  cmd->add_option("--rows", f.rows,
-                  "Rows, comma-separated: mod47-f32 (copies concurrent), "
-                  "mod47-f32-seq1, mod47-f32-seq2 (copies one after the "
-                  "other on 1 / 2 threads), mod47-f64, charlm-f32, "
-                  "charlm-f64 [default: all]");
+  add_names(*cmd, "--rows", f.options.rows,
+            "Rows, comma-separated: mod47-f32 (copies concurrent), "
+            "mod47-f32-seq1, mod47-f32-seq2 (copies one after the other on "
+            "1 / 2 threads), mod47-f64, charlm-f32, charlm-f64 [default: "
+            "all]");
   cmd->add_flag("--vs-pytorch", f.options.vs_pytorch,
                 "Also time bench/eager_pytorch.py at three thread settings "
                 "(LibTorch/OpenBLAS 1/1, 1/cores, cores/cores; median of 5 "
@@ -52,17 +45,6 @@ CLI::App* setup_bench(CLI::App& app, BenchFlags& f) {
 
 namespace {
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      return line.substr(line.find(':') + 2);
-    }
-  }
-  return "unknown";
-}
-
 void print_line(const std::string& s) {
   std::fprintf(stderr, "%s\n", s.c_str());
 }
@@ -70,32 +52,12 @@ void print_line(const std::string& s) {
 }  // namespace
 
 int run_bench(const BenchFlags& f) {
-  bench::BenchOptions options = f.options;
-  options.rows.clear();
-  for (size_t start = 0; !f.rows.empty();) {
-    const size_t comma = f.rows.find(',', start);
-    options.rows.push_back(f.rows.substr(start, comma - start));
-    if (comma == std::string::npos)
-      break;
-    start = comma + 1;
-  }
   const std::string path =
       f.out.empty() ? twins::fresh_path("runs", "bench", ".json") : f.out;
-  const auto rows = bench::run_bench(options, print_line);
-
-  std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
-  nlohmann::json j = {{"date", date},
-                      {"cpu", cpu_model()},
-                      {"cores", std::thread::hardware_concurrency()},
-                      {"torch_version", TORCH_VERSION},
-                      {"quick", options.quick},
-                      {"rows", bench::bench_to_json(rows)}};
-  fmt::print("{} ({} cores), LibTorch {}, {}\n{}", cpu_model(),
-             std::thread::hardware_concurrency(), TORCH_VERSION, date,
-             bench::format_bench_table(rows));
-  twins::write_text_atomically(path, j.dump(2) + "\n");
+  const auto rows = bench::run_bench(f.options, print_line);
+  const bench::BenchMachine machine = bench::bench_machine();
+  fmt::print("{}\n{}", machine.line(), bench::format_bench_table(rows));
+  bench::write_bench_file(path, machine, rows, f.options.quick);
   fmt::print("benchmark written to {}\n", path);
   return 0;
 }

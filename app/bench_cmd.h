@@ -9,9 +9,8 @@
 namespace app {
 
 struct BenchFlags {
-  bench::BenchOptions options;
-  std::string rows;  // comma-separated row names; empty: all
-  std::string out;   // JSON file; empty: runs/bench-<date>-<time>.json
+  bench::BenchOptions options;  // --rows parsed into options.rows
+  std::string out;  // JSON file; empty: runs/bench-<date>-<time>.json
 };
 
 CLI::App* setup_bench(CLI::App& app, BenchFlags& flags);

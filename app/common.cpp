@@ -1,27 +1,23 @@
 #include "app/common.h"
 
-#include <fmt/format.h>
+#include "report/aggregate.h"
+#include "report/output.h"
 
 namespace app {
 
-std::vector<twins::PairResult> results_of(
-    const std::vector<sweep::StoredRecord>& records) {
-  std::vector<twins::PairResult> out;
-  for (const auto& r : records)
-    out.push_back(r.result);
-  return out;
+void write_aggregate(const sweep::CommandOutcome& o, bool plot) {
+  const std::vector<twins::PairResult> results = o.results();
+  std::vector<report::Expected> expected;
+  for (const auto& t : o.expected)
+    expected.push_back({t.name, t.title, t.deviations, t.pairs});
+  report::Aggregate a =
+      report::aggregate(report::parse_layout(o.layout), results, expected);
+  a.notes.insert(a.notes.end(), o.notes.begin(), o.notes.end());
+  report::write_outputs(a, results, o.summary_stem, plot, a.title);
 }
 
-void print_outcome(const sweep::EngineOutcome& run, const std::string& path) {
-  fmt::print(
-      "{} pair(s): {} run now ({} group(s), {} models trained) in {:.1f} s, "
-      "{} already recorded; records in {}\n",
-      run.records.size(), run.ran, run.groups, run.models, run.wall_s,
-      run.already, path);
-}
-
-report::Expected expected_of(const sweep::Table& t) {
-  return {t.name, t.title, t.deviations, t.pairs};
+std::string inferred_layout(const std::vector<twins::PairResult>& results) {
+  return report::infer_layout(results).name;
 }
 
 }  // namespace app

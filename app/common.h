@@ -1,24 +1,22 @@
-// The little every command shares after a sweep: records to results, the
-// closing line, and a table's job list in the report layer's terms.
+// What every command does with the entry point's outcome in the report
+// layer's terms (sweep/ does not see report/): the aggregate of a table,
+// a merge or results files, written beside its results.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "report/aggregate.h"
-#include "sweep/engine.h"
-#include "sweep/tables.h"
+#include "sweep/command.h"
 
 namespace app {
 
-std::vector<twins::PairResult> results_of(
-    const std::vector<sweep::StoredRecord>& records);
+// Aggregates the outcome's records in its layout against its job lists and
+// writes <summary_stem>.md, .csv (and with `plot` the figures), printing
+// the Markdown (report/output.h).
+void write_aggregate(const sweep::CommandOutcome& outcome, bool plot);
 
-// "7 pair(s): 7 run now (4 groups, 11 models) in 185.2 s, 0 already
-// recorded; records in runs/x.jsonl"
-void print_outcome(const sweep::EngineOutcome& run, const std::string& path);
-
-// A table's job list as the report layer expects it.
-report::Expected expected_of(const sweep::Table& table);
+// The layout name of records that name no table (report::infer_layout),
+// for CommandRequest::layout_of.
+std::string inferred_layout(const std::vector<twins::PairResult>& results);
 
 }  // namespace app

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "data/task.h"
+#include "twins/spec.h"
 
 namespace app {
 
@@ -94,59 +95,86 @@ void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
                  "data/tinyshakespeare.txt]");
 }
 
-void add_engine_flags(CLI::App& app, EngineFlags& f,
-                      const std::string& out_help, int threads) {
-  app.add_option("--out", f.out,
+void add_pair_list_flags(CLI::App& app, sweep::CommandRequest& r,
+                         const std::string& out_help) {
+  sweep::PlanRequest& p = r.plan;
+  add_names(app, "--opt", p.opts,
+            "Optimizers, comma-separated (see --list-optimizers). Without "
+            "--opt and --twin: the seven Table-3 pairs");
+  add_names(app, "--twin", p.twins,
+            "Twin kinds, comma-separated: gauge (per-head orthogonal A_h on "
+            "W_Q/W_K rows), identity (A_h = I, must stay exactly 0), noise "
+            "(W_Q, W_K + scale N(0,1)). Default gauge when --opt is given");
+  add_seeds(app, "--init-seed", p.init_seeds,
+            "Seeds of the base model's initialisation (torch::manual_seed "
+            "before the build), comma-separated")
+      ->default_str(fmt::format("{}", fmt::join(p.init_seeds, ",")));
+  add_seeds(app, "--twin-seed", p.twin_seeds,
+            "Seeds of the gauge / noise draws, comma-separated [default: 777 "
+            "for gauge twins, 888 for noise twins]");
+  add_reals(app, "--noise-scale", p.noise_scales,
+            "Std of the W_Q/W_K perturbation of noise twins, comma-separated")
+      ->default_str(twins::format_scale(p.noise_scales.front()));
+  add_reals(app, "--p", p.adam_ps,
+            "Exponents in [0, 1] of the Adam-p dial for a bare adam-p in "
+            "--opt, comma-separated (one pair set per p; adam-p0.5 names one "
+            "directly) [default: 0.5]");
+  add_pair_flags(app, p);
+  add_engine_flags(app, r, out_help);
+}
+
+void add_engine_flags(CLI::App& app, sweep::CommandRequest& r,
+                      const std::string& out_help) {
+  sweep::EngineOptions& e = r.engine;
+  app.add_option("--out", e.results_path,
                  out_help +
                      "; rerunning with the same file resumes it (pairs "
                      "already recorded are skipped). Missing directories "
                      "are created");
-  app.add_option("--jobs", f.jobs,
+  app.add_option("--jobs", e.jobs,
                  "Groups of pairs run at once in this process (a group: the "
                  "pairs that share copy 1)")
       ->capture_default_str()
       ->check(whole_number(1, 1024));
-  f.threads = threads;
-  app.add_option("--threads", f.threads,
+  e.threads = sweep::default_threads(r.kind);
+  app.add_option("--threads", e.threads,
                  "Models of a group trained at once, each on one thread; "
                  "records are bitwise the same for any value")
       ->capture_default_str()
       ->check(whole_number(1, 1024));
-  app.add_flag("--no-share", f.no_share,
-               "Train copy 1 once per pair instead of once per group of "
-               "pairs that share it (same records, more work: for "
-               "comparison and debugging)");
-  app.add_flag("--quiet", f.quiet, "No progress lines");
-  app.add_flag("--no-memory-check", f.no_memory_check,
-               "Run even when the memory estimate exceeds this machine's "
-               "memory");
-  app.add_option("--save-models", f.save_models,
+  app.add_flag_callback(
+      "--no-share", [&e] { e.share = false; },
+      "Train copy 1 once per pair instead of once per group of pairs that "
+      "share it (same records, more work: for comparison and debugging)");
+  app.add_flag("--quiet", e.quiet, "No progress lines");
+  app.add_flag_callback(
+      "--no-memory-check", [&e] { e.check_memory = false; },
+      "Run even when the memory estimate exceeds this machine's memory");
+  app.add_option("--save-models", e.save_models,
                  "Save both copies of every pair here when it ends (one "
                  "directory per pair: model1.pt, model2.pt, spec.json); "
                  "`twin-run merge --models DIR` reads them back");
 }
 
-sweep::EngineOptions engine_options(const EngineFlags& f,
-                                    const std::string& path, int threads) {
-  sweep::EngineOptions o;
-  o.results_path = path;
-  o.jobs = f.jobs;
-  o.threads = f.threads > 0 ? f.threads : threads;
-  o.share = !f.no_share;
-  o.quiet = f.quiet;
-  o.check_memory = !f.no_memory_check;
-  o.save_models = f.save_models;
-  return o;
-}
+// ---------------------------------------------------------------------------
+// Lists
 
+namespace {
+
+using CLI::ValidationError;
+
+// The elements of a comma-separated `text`; none may be empty.
 std::vector<std::string> split_list(const std::string& flag,
                                     const std::string& text) {
+  if (text.empty())
+    throw ValidationError(flag, "empty value");
   std::vector<std::string> out;
   size_t start = 0;
   while (true) {
     const size_t comma = text.find(',', start);
     std::string item = text.substr(start, comma - start);
-    TORCH_CHECK(!item.empty(), flag, ": empty element in '", text, "'");
+    if (item.empty())
+      throw ValidationError(flag, "empty element in '" + text + "'");
     out.push_back(item);
     if (comma == std::string::npos)
       return out;
@@ -154,50 +182,87 @@ std::vector<std::string> split_list(const std::string& flag,
   }
 }
 
-std::vector<uint64_t> parse_seeds(const std::string& flag,
-                                  const std::string& text) {
-  std::vector<uint64_t> out;
-  for (const auto& item : split_list(flag, text)) {
-    bool digits = item.size() <= 19;
-    for (char c : item)
-      digits = digits && c >= '0' && c <= '9';
-    TORCH_CHECK(digits, flag, ": '", item,
-                "' is not a seed (a non-negative integer)");
-    out.push_back(std::stoull(item));
-  }
-  return out;
+bool digits(const std::string& s, size_t most) {
+  return !s.empty() && s.size() <= most &&
+         s.find_first_not_of("0123456789") == std::string::npos;
 }
 
-std::vector<double> parse_reals(const std::string& flag,
-                                const std::string& text) {
-  std::vector<double> out;
-  for (const auto& item : split_list(flag, text)) {
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    TORCH_CHECK(used == item.size() && used > 0, flag, ": '", item,
-                "' is not a number");
-    out.push_back(v);
-  }
-  return out;
+std::string name_item(const std::string&, const std::string& item) {
+  return item;
 }
 
-std::vector<int64_t> parse_steps(const std::string& flag,
-                                 const std::string& text) {
-  std::vector<int64_t> out;
-  for (const auto& item : split_list(flag, text)) {
-    bool digits = !item.empty() && item.size() <= 10;
-    for (char c : item)
-      digits = digits && c >= '0' && c <= '9';
-    TORCH_CHECK(digits, flag, ": '", item, "' is not a step (0 to ", kMaxSteps,
-                ")");
-    out.push_back(std::stoll(item));
+uint64_t seed_item(const std::string& flag, const std::string& item) {
+  if (!digits(item, 19)) {
+    throw ValidationError(
+        flag, "'" + item + "' is not a seed (a non-negative integer)");
   }
-  return out;
+  return std::stoull(item);
+}
+
+double real_item(const std::string& flag, const std::string& item) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(item, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != item.size() || used == 0)
+    throw ValidationError(flag, "'" + item + "' is not a number");
+  return v;
+}
+
+int64_t step_item(const std::string& flag, const std::string& item) {
+  if (!digits(item, 10)) {
+    throw ValidationError(flag, fmt::format("'{}' is not a step (0 to {})",
+                                            item, kMaxSteps));
+  }
+  return std::stoll(item);
+}
+
+template <typename T>
+CLI::Option* add_list(CLI::App& app, const std::string& flag,
+                      std::vector<T>& out, const std::string& help,
+                      T (*parse_item)(const std::string&, const std::string&)) {
+  return app.add_option_function<std::string>(
+      flag,
+      [flag, &out, parse_item](const std::string& text) {
+        std::vector<T> items;
+        for (const auto& item : split_list(flag, text))
+          items.push_back(parse_item(flag, item));
+        out = std::move(items);
+      },
+      help);
+}
+
+}  // namespace
+
+CLI::Option* add_names(CLI::App& app, const std::string& flag,
+                       std::vector<std::string>& out, const std::string& help) {
+  return add_list(app, flag, out, help, name_item);
+}
+
+CLI::Option* add_seeds(CLI::App& app, const std::string& flag,
+                       std::vector<uint64_t>& out, const std::string& help) {
+  return add_list(app, flag, out, help, seed_item);
+}
+
+CLI::Option* add_reals(CLI::App& app, const std::string& flag,
+                       std::vector<double>& out, const std::string& help) {
+  return add_list(app, flag, out, help, real_item);
+}
+
+CLI::Option* add_steps(CLI::App& app, const std::string& flag,
+                       std::vector<int64_t>& out, const std::string& help) {
+  return add_list(app, flag, out, help, step_item);
+}
+
+CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](std::string& text) {
+        return text.empty() ? std::string("empty value") : std::string();
+      },
+      "");
 }
 
 }  // namespace app

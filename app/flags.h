@@ -1,6 +1,7 @@
 // Flag helpers every command shares: range validators whose message names
-// the valid range, the flags that shape a pair, the flags of the engine,
-// and the strict parsing of comma-separated lists.
+// the valid range, the one parser of comma-separated lists, the flags that
+// shape a pair and the flags of the engine, each bound straight onto the
+// entry point's request (sweep/command.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,8 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "sweep/engine.h"
-#include "sweep/plan.h"
+#include "sweep/command.h"
 
 namespace app {
 
@@ -23,39 +23,39 @@ CLI::Validator positive_real();
 
 constexpr int64_t kMaxSteps = 1000000000;  // 1e9: days on any device
 
+// Comma-separated list flags, every one parsed by the same rules: an empty
+// value ("--opt: empty value"), an empty element ("--opt: empty element in
+// 'adam,,sgd'") and an element not of the list's kind ("--init-seed: '4x2'
+// is not a seed (a non-negative integer)") are one-line errors naming the
+// flag, at parse time. The list replaces `out` when the flag is given.
+CLI::Option* add_names(CLI::App& app, const std::string& flag,
+                       std::vector<std::string>& out, const std::string& help);
+CLI::Option* add_seeds(CLI::App& app, const std::string& flag,
+                       std::vector<uint64_t>& out, const std::string& help);
+CLI::Option* add_reals(CLI::App& app, const std::string& flag,
+                       std::vector<double>& out, const std::string& help);
+CLI::Option* add_steps(CLI::App& app, const std::string& flag,
+                       std::vector<int64_t>& out, const std::string& help);
+// For an option that takes several values (files): an empty one is refused
+// as a list's empty value is ("--aggregate: empty value").
+CLI::Validator non_empty();
+
 // The flags that shape every pair (--task, --steps, --lr, --dtype,
 // --device, --depth, --d-model, --heads, --mlp, --data-seed, --ctx,
 // --batch, --data), bound to `plan`. The defaults shown in --help are the
 // tasks' own (data::task_defaults).
 void add_pair_flags(CLI::App& app, sweep::PlanRequest& plan);
 
-// What every command that trains takes besides the pairs.
-struct EngineFlags {
-  std::string out;        // results file; empty: a command's default
-  int jobs = 1;           // groups at once
-  int threads = 0;        // models of a group at once; 0: the command's
-  bool no_share = false;  // train every pair's copy 1 itself
-  bool quiet = false;
-  bool no_memory_check = false;
-  std::string save_models;  // directory for both copies of every pair
-};
-// --out (with `out_help`), --jobs, --threads (default `threads`), --no-share,
-// --quiet, --no-memory-check, --save-models.
-void add_engine_flags(CLI::App& app, EngineFlags& flags,
-                      const std::string& out_help, int threads);
-// The engine's options from the flags, for results file `path`.
-sweep::EngineOptions engine_options(const EngineFlags& flags,
-                                    const std::string& path, int threads);
+// --opt, --twin, --init-seed, --twin-seed, --noise-scale, --p, the pair
+// flags and the engine flags (results file default `out_help`), bound to
+// `request`: what every command that takes a list of pairs accepts.
+void add_pair_list_flags(CLI::App& app, sweep::CommandRequest& request,
+                         const std::string& out_help);
 
-// Splits a comma-separated list; an empty list or element is an error
-// naming `flag`.
-std::vector<std::string> split_list(const std::string& flag,
-                                    const std::string& text);
-std::vector<uint64_t> parse_seeds(const std::string& flag,
-                                  const std::string& text);
-std::vector<double> parse_reals(const std::string& flag,
-                                const std::string& text);
-std::vector<int64_t> parse_steps(const std::string& flag,
-                                 const std::string& text);
+// --out (with `out_help`), --jobs, --threads (default
+// sweep::default_threads(request.kind)), --no-share, --quiet,
+// --no-memory-check, --save-models, bound to request.engine.
+void add_engine_flags(CLI::App& app, sweep::CommandRequest& request,
+                      const std::string& out_help);
 
 }  // namespace app

@@ -43,12 +43,7 @@ int main(int argc, char** argv) {
   app::PlotFlags plot_flags;
   CLI::App* plot = app::setup_plot(cli, plot_flags);
   app::VerdictFlags verdict_flags;
-  CLI::App* verdict = cli.add_subcommand(
-      "verdict",
-      "Judge optimizers: per optimizer the gauge, identity, noise 1e-7 and "
-      "noise 1e-5 twins, and one line: equivariant, basis-dependent or "
-      "invalid (nondeterministic)");
-  app::setup_verdict(*verdict, verdict_flags);
+  CLI::App* verdict = app::setup_verdict(cli, verdict_flags);
   app::MergeFlags merge_flags;
   CLI::App* merge = app::setup_merge(cli, merge_flags);
   app::BenchFlags bench_flags;

@@ -5,18 +5,16 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <string>
-#include <vector>
 
-#include "app/run_cmd.h"
+#include "sweep/command.h"
 
 namespace app {
 
 struct MergeFlags {
-  RunFlags run;          // the pairs: the default command's flags
-  std::string merge_at;  // comma-separated steps; empty: 1, 100, last
-  std::string models;    // a directory of saved pairs: measure those
-  bool plot = false;     // also draw the loss along lambda
+  // The pairs (the default command's flags and --merge-at), or with
+  // --models the directory of saved pairs.
+  sweep::CommandRequest request{sweep::CommandKind::kMerge};
+  bool plot = false;  // also draw the loss along lambda
 };
 
 CLI::App* setup_merge(CLI::App& parent, MergeFlags& flags);

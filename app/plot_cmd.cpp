@@ -1,15 +1,13 @@
 #include "app/plot_cmd.h"
 
-#include <filesystem>
 #include <set>
 
-#include "app/common.h"
+#include "app/flags.h"
 #include "report/output.h"
 #include "sweep/results.h"
+#include "twins/io.h"
 
 namespace app {
-
-namespace fs = std::filesystem;
 
 CLI::App* setup_plot(CLI::App& parent, PlotFlags& f) {
   CLI::App* cmd = parent.add_subcommand(
@@ -20,7 +18,8 @@ CLI::App* setup_plot(CLI::App& parent, PlotFlags& f) {
       "files, with gnuplot");
   cmd->add_option("files", f.files,
                   "Results files (JSON lines); several are merged")
-      ->required();
+      ->required()
+      ->check(non_empty());
   cmd->add_option("-o,--out", f.out,
                   "Figure file, .svg or .png; the QK figure goes to "
                   "OUT-qk.svg, the gnuplot script and data beside it "
@@ -29,18 +28,18 @@ CLI::App* setup_plot(CLI::App& parent, PlotFlags& f) {
 }
 
 int run_plot(const PlotFlags& f) {
-  const std::vector<sweep::StoredRecord> records = sweep::read_records(f.files);
-  const fs::path first(f.files.front());
-  const std::string out =
-      !f.out.empty() ? f.out
-                     : (first.parent_path() / first.stem()).string() + ".svg";
+  std::vector<twins::PairResult> results;
   std::set<std::string> tasks;
-  for (const auto& r : records)
+  for (const auto& r : sweep::read_records(f.files)) {
+    results.push_back(r.result);
     tasks.insert(r.result.spec.task);
+  }
+  const std::string out =
+      !f.out.empty() ? f.out : twins::path_stem(f.files.front()) + ".svg";
   std::string title = "twin-run results:";
   for (const auto& t : tasks)
     title += " " + t;
-  report::draw_figures(results_of(records), out, title);
+  report::draw_figures(results, out, title);
   return 0;
 }
 

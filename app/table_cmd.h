@@ -4,23 +4,16 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <cstdint>
-#include <string>
-#include <vector>
 
-#include "app/flags.h"
+#include "sweep/command.h"
 
 namespace app {
 
 struct TableFlags {
-  std::string name;                    // table3, multiseed, table9-...
-  bool list = false;                   // print the tables and exit
-  std::vector<std::string> aggregate;  // results files to aggregate only
-  EngineFlags engine;                  // --out, --jobs, --threads, ...
-  std::string shard;  // I/N: this machine's part of the job list
-  int64_t steps = 0;  // overrides for a quick look (0 / empty: paper's)
-  std::string device;
-  std::string dtype;
+  // The table (name, overrides for a quick look, shard), or the results
+  // files of --aggregate; --out, --jobs, --threads, ...
+  sweep::CommandRequest request{sweep::CommandKind::kTable};
+  bool list = false;  // print the tables and exit
   bool plot = false;  // also draw the figures
 };
 

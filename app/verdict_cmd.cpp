@@ -2,58 +2,43 @@
 
 #include <fmt/format.h>
 
-#include "app/common.h"
+#include "app/flags.h"
 #include "optim/registry.h"
 #include "report/verdict.h"
-#include "twins/device.h"
-#include "twins/io.h"
-#include "twins/pair.h"
 
 namespace app {
 
-void setup_verdict(CLI::App& app, VerdictFlags& f) {
-  app.add_option("--opt", f.opts,
-                 "Optimizers to judge, comma-separated (see "
-                 "--list-optimizers)")
-      ->required()
-      ->delimiter(',');
-  app.add_option("--p", f.adam_ps,
-                 "Exponents in [0, 1] for a bare adam-p in --opt, "
-                 "comma-separated [default: 0.5]")
-      ->delimiter(',');
-  add_pair_flags(app, f.plan);
-  app.add_option("--init-seed", f.init_seed,
-                 "Seed of the base model shared by the four pairs")
-      ->capture_default_str();
-  add_engine_flags(app, f.engine,
+CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& f) {
+  CLI::App* cmd = parent.add_subcommand(
+      "verdict",
+      "Judge optimizers: per optimizer the gauge, identity, noise 1e-7 and "
+      "noise 1e-5 twins, and one line: equivariant, basis-dependent or "
+      "invalid (nondeterministic)");
+  sweep::PlanRequest& p = f.request.plan;
+  add_names(*cmd, "--opt", p.opts,
+            "Optimizers to judge, comma-separated (see --list-optimizers)")
+      ->required();
+  add_reals(*cmd, "--p", p.adam_ps,
+            "Exponents in [0, 1] for a bare adam-p in --opt, comma-separated "
+            "[default: 0.5]");
+  add_pair_flags(*cmd, p);
+  cmd->add_option_function<uint64_t>(
+         "--init-seed", [&p](uint64_t seed) { p.init_seeds = {seed}; },
+         "Seed of the base model shared by the four pairs")
+      ->default_str(std::to_string(p.init_seeds.front()));
+  add_engine_flags(*cmd, f.request,
                    "Results file (JSON lines) [default: a new file "
-                   "runs/verdict-<task>-<date>-<time>.jsonl]",
-                   2);
+                   "runs/verdict-<task>-<date>-<time>.jsonl]");
+  return cmd;
 }
 
 int run_verdict(const VerdictFlags& f) {
-  sweep::PlanRequest request = f.plan;
-  request.opts = f.opts;
-  request.adam_ps = f.adam_ps;
-  request.init_seeds = {f.init_seed};
-  // Everything is validated before the results file exists.
-  twins::configure_determinism();  // before any CUDA call
-  const std::vector<twins::PairSpec> specs = sweep::verdict_specs(request);
-  twins::resolve_device(request.device);
-  const int threads = 2;  // the copies of a pair side by side
-  sweep::check_run(specs, engine_options(f.engine, "", threads));
-  twins::check_task(specs.front());  // reads the corpus once, early
-  const std::string path =
-      !f.engine.out.empty()
-          ? f.engine.out
-          : twins::fresh_path("runs", "verdict-" + request.task, ".jsonl");
-  const sweep::EngineOutcome run =
-      sweep::run_sweep(specs, engine_options(f.engine, path, threads));
-  for (const auto& v : report::judge_all(results_of(run.records))) {
+  const sweep::CommandOutcome o = sweep::run_command(f.request);
+  for (const auto& v : report::judge_all(o.results())) {
     fmt::print("{}; predicted {}\n", report::format_verdict_line(v),
                optim::to_string(optim::find_optimizer(v.opt).predicted));
   }
-  print_outcome(run, path);
+  fmt::print("{}", sweep::outcome_line(o));
   return 0;
 }
 

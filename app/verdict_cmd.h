@@ -4,23 +4,17 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <cstdint>
-#include <string>
-#include <vector>
 
-#include "app/flags.h"
+#include "sweep/command.h"
 
 namespace app {
 
 struct VerdictFlags {
-  sweep::PlanRequest plan;        // task, steps, lr, dtype, device, shape
-  std::vector<std::string> opts;  // --opt, comma-separated
-  std::vector<double> adam_ps;    // --p: exponents of a bare adam-p
-  uint64_t init_seed = 42;        // one base model per verdict
-  EngineFlags engine;
+  sweep::CommandRequest request{sweep::CommandKind::kVerdict};
 };
 
-void setup_verdict(CLI::App& app, VerdictFlags& flags);
+// Adds the `verdict` subcommand to `parent`, bound to `flags`.
+CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& flags);
 int run_verdict(const VerdictFlags& flags);
 
 }  // namespace app

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -403,6 +405,52 @@ nlohmann::json bench_to_json(const std::vector<BenchRow>& rows) {
     j.push_back(row);
   }
   return j;
+}
+
+// ---------------------------------------------------------------------------
+// The benchmark's file
+
+namespace {
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0)
+      return line.substr(line.find(':') + 2);
+  }
+  return "unknown";  // not Linux, or no model name: the file still says so
+}
+
+}  // namespace
+
+std::string BenchMachine::line() const {
+  return fmt::format("{} ({} cores), LibTorch {}, {}", cpu, cores,
+                     TORCH_VERSION, date);
+}
+
+BenchMachine bench_machine() {
+  BenchMachine m;
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", &tm);
+  m.date = date;
+  m.cpu = cpu_model();
+  m.cores = std::thread::hardware_concurrency();
+  return m;
+}
+
+void write_bench_file(const std::string& path, const BenchMachine& machine,
+                      const std::vector<BenchRow>& rows, bool quick) {
+  const nlohmann::json j = {{"date", machine.date},
+                            {"cpu", machine.cpu},
+                            {"cores", machine.cores},
+                            {"torch_version", TORCH_VERSION},
+                            {"quick", quick},
+                            {"rows", bench_to_json(rows)}};
+  twins::write_text_atomically(path, j.dump(2) + "\n");
 }
 
 }  // namespace bench

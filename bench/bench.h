@@ -70,6 +70,22 @@ std::vector<BenchRow> run_bench(const BenchOptions& options,
 std::string format_bench_table(const std::vector<BenchRow>& rows);
 nlohmann::json bench_to_json(const std::vector<BenchRow>& rows);
 
+// The machine a benchmark ran on, as its file records it.
+struct BenchMachine {
+  std::string date;  // local time, "2026-01-31 14:05"
+  std::string cpu;   // /proc/cpuinfo's model name, or "unknown"
+  unsigned cores = 0;
+  // "<cpu> (<cores> cores), LibTorch <version>, <date>"
+  std::string line() const;
+};
+BenchMachine bench_machine();
+
+// The benchmark's file (docs/performance.md): the machine, LibTorch's
+// version, whether --quick, and the rows, written atomically; throws naming
+// the file.
+void write_bench_file(const std::string& path, const BenchMachine& machine,
+                      const std::vector<BenchRow>& rows, bool quick);
+
 // The roof: GFLOP/s of one model step's matrix products (shapes from
 // model::training_step_matmuls) replayed back to back in `dtype`, by one or
 // two threads at the given settings.

@@ -3,14 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <exception>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include "sweep/estimate.h"
 #include "sweep/progress.h"
@@ -154,10 +151,6 @@ std::vector<PairSpec> missing(const ResultsFile& file,
   return todo;
 }
 
-}  // namespace
-
-namespace {
-
 // The groups the engine forms of `todo`: by reference when sharing, each
 // capped so that `jobs` of them fit in this machine's memory.
 std::vector<std::vector<PairSpec>> groups_of(const std::vector<PairSpec>& todo,
@@ -168,6 +161,132 @@ std::vector<std::vector<PairSpec>> groups_of(const std::vector<PairSpec>& todo,
           ? max_twins_per_group(todo.front(), o.jobs, o.threads, machine)
           : 1 << 20;
   return group_pairs(todo, o.share, max_twins);
+}
+
+// Resume, under the lock: the pairs still missing (another process may have
+// finished some since the first read), a crash's half line cut off.
+std::vector<PairSpec> resume(const std::vector<PairSpec>& pairs,
+                             const EngineOptions& o, EngineOutcome* out) {
+  const ResultsFile existing =
+      read_results(o.results_path, /*missing_ok=*/true);
+  std::vector<PairSpec> todo = missing(existing, pairs);
+  out->already = pairs.size() - todo.size();
+  if (todo.empty())
+    return todo;
+  if (existing.truncated_tail) {
+    drop_truncated_tail(existing);
+    out->dropped_truncated = true;
+    if (!o.quiet) {
+      fmt::print(o.log,
+                 "{}: cut off a truncated last line (a record interrupted "
+                 "mid-write); its pair runs again\n",
+                 o.results_path);
+    }
+  }
+  if (!o.quiet && out->already > 0) {
+    fmt::print(o.log, "{}: {} of {} pairs already recorded; running {}\n",
+               o.results_path, out->already, pairs.size(), todo.size());
+  }
+  return todo;
+}
+
+// Order: largest groups first, so that with several job slots the longest
+// work starts early and the small groups fill in (a group's cost is about
+// its number of models).
+std::vector<std::vector<PairSpec>> order(const std::vector<PairSpec>& todo,
+                                         const EngineOptions& o) {
+  auto groups = groups_of(todo, o);
+  std::stable_sort(
+      groups.begin(), groups.end(),
+      [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  return groups;
+}
+
+// Slots: the groups on o.jobs job slots, each pair's record appended as it
+// ends. On an error no new group starts; the running ones finish and are
+// recorded, then the first error is rethrown.
+class Slots {
+ public:
+  Slots(std::vector<std::vector<PairSpec>> groups, size_t pairs,
+        const EngineOptions& o, GroupRunner runner, EngineOutcome* out)
+      : groups_(std::move(groups)),
+        o_(o),
+        runner_(std::move(runner)),
+        out_(out),
+        sink_(o.results_path),
+        progress_(pairs, groups_.size(), o.quiet, o.log) {}
+
+  void run() {
+    // One thread per model: a model's reductions never depend on how many
+    // models or groups run beside it.
+    twins::set_threads(1);
+    twins::run_on_threads(groups_.size(), static_cast<size_t>(o_.jobs),
+                          [this](size_t g, size_t slot) { group(g, slot); });
+  }
+
+ private:
+  void group(size_t g, size_t slot) {
+    progress_.begin(slot, g, groups_[g]);
+    twins::GroupOptions go;
+    go.threads = o_.threads;
+    go.progress = [&](int64_t t) { progress_.step(slot, t); };
+    go.pair_done = [&](const twins::PairResult& r, int64_t step,
+                       model::Transformer& ref, model::Transformer& twin) {
+      record(slot, r, step, ref, twin);
+    };
+    try {
+      runner_(groups_[g], go);
+    } catch (...) {
+      progress_.finish_group(slot);
+      throw;
+    }
+    progress_.finish_group(slot);
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++out_->groups;
+    out_->models += groups_[g].size() + 1;
+  }
+
+  void record(size_t slot, const twins::PairResult& r, int64_t step,
+              model::Transformer& ref, model::Transformer& twin) {
+    if (!o_.save_models.empty()) {
+      twins::save_pair(
+          (fs::path(o_.save_models) / twins::snapshot_name(r.spec)).string(),
+          r.spec, step, ref, twin);
+    }
+    nlohmann::json j = twins::to_json(r);
+    if (!o_.table.empty())
+      j["table"] = o_.table;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sink_.append(j);
+      ++out_->ran;
+    }
+    progress_.end(slot, r);
+  }
+
+  const std::vector<std::vector<PairSpec>> groups_;
+  const EngineOptions& o_;
+  const GroupRunner runner_;
+  EngineOutcome* out_;
+  JsonlSink sink_;
+  Progress progress_;
+  std::mutex mutex_;  // the sink and the counters
+};
+
+void train_group(const std::vector<PairSpec>& group,
+                 const twins::GroupOptions& options) {
+  twins::run_group(group, options);
+}
+
+// The job list's own checks: the engine's settings and no pair twice.
+void check_job_list(const std::vector<PairSpec>& pairs,
+                    const EngineOptions& o) {
+  check_run(pairs, o);
+  std::set<std::string> ids;
+  for (const auto& p : pairs) {
+    TORCH_CHECK(ids.insert(p.pair_id()).second, "job list has pair ",
+                twins::pair_label(p), " twice");
+  }
 }
 
 }  // namespace
@@ -181,120 +300,31 @@ void check_run(const std::vector<PairSpec>& pairs, const EngineOptions& o) {
 }
 
 EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
-                        const EngineOptions& o) {
-  check_run(pairs, o);
-  std::set<std::string> ids;
-  for (const auto& p : pairs) {
-    TORCH_CHECK(ids.insert(p.pair_id()).second, "job list has pair ",
-                twins::pair_label(p), " twice");
-  }
-  // Validate what is there before creating or locking anything.
+                        const EngineOptions& o, const GroupRunner& runner) {
+  check_job_list(pairs, o);
   EngineOutcome out;
-  std::vector<PairSpec> todo =
-      missing(read_results(o.results_path, /*missing_ok=*/true), pairs);
-  out.already = pairs.size() - todo.size();
-  if (!todo.empty()) {
+  // Validate what is there before creating or locking anything.
+  const size_t first_todo =
+      missing(read_results(o.results_path, /*missing_ok=*/true), pairs).size();
+  out.already = pairs.size() - first_todo;
+  if (first_todo > 0) {
     const bool existed = fs::exists(o.results_path);
     FileLock lock(o.results_path);
-    // Reread under the lock: another process may have finished pairs.
-    const ResultsFile existing =
-        read_results(o.results_path, /*missing_ok=*/true);
-    todo = missing(existing, pairs);
-    out.already = pairs.size() - todo.size();
+    const std::vector<PairSpec> todo = resume(pairs, o, &out);
     if (!todo.empty()) {
-      // Largest groups first: with several job slots the longest work
-      // starts early and the small groups fill in (a group's cost is about
-      // its number of models).
-      auto groups = groups_of(todo, o);
-      std::stable_sort(
-          groups.begin(), groups.end(),
-          [](const auto& a, const auto& b) { return a.size() > b.size(); });
-      if (existing.truncated_tail) {
-        drop_truncated_tail(existing);
-        out.dropped_truncated = true;
-        if (!o.quiet) {
-          fmt::print(o.log,
-                     "{}: cut off a truncated last line (a record "
-                     "interrupted mid-write); its pair runs again\n",
-                     o.results_path);
-        }
-      }
-      if (!o.quiet && out.already > 0) {
-        fmt::print(o.log, "{}: {} of {} pairs already recorded; running {}\n",
-                   o.results_path, out.already, pairs.size(), todo.size());
-      }
-      JsonlSink sink(o.results_path);
-      Progress progress(todo.size(), groups.size(), o.quiet, o.log);
-      std::mutex mutex;  // the sink and the counters
-      std::exception_ptr error;
-      std::atomic<size_t> next{0};
-      std::atomic<bool> failed{false};
       const auto t0 = Clock::now();
-
-      auto slot_work = [&](size_t slot) {
-        // One thread per model: a model's reductions never depend on how
-        // many models or groups run beside it.
-        twins::set_threads(1);
-        while (!failed) {
-          const size_t g = next++;
-          if (g >= groups.size())
-            return;
-          try {
-            progress.begin(slot, g, groups[g]);
-            twins::GroupOptions go;
-            go.threads = o.threads;
-            go.progress = [&](int64_t t) { progress.step(slot, t); };
-            go.pair_done = [&](const twins::PairResult& r, int64_t step,
-                               model::Transformer& ref,
-                               model::Transformer& twin) {
-              if (!o.save_models.empty()) {
-                twins::save_pair(
-                    (fs::path(o.save_models) / twins::snapshot_name(r.spec))
-                        .string(),
-                    r.spec, step, ref, twin);
-              }
-              nlohmann::json j = twins::to_json(r);
-              if (!o.table.empty())
-                j["table"] = o.table;
-              {
-                std::lock_guard<std::mutex> lock(mutex);
-                sink.append(j);
-                ++out.ran;
-              }
-              progress.end(slot, r);
-            };
-            twins::run_group(groups[g], go);
-            progress.finish_group(slot);
-            std::lock_guard<std::mutex> lock(mutex);
-            ++out.groups;
-            out.models += groups[g].size() + 1;
-          } catch (...) {
-            progress.finish_group(slot);
-            std::lock_guard<std::mutex> lock(mutex);
-            if (!error)
-              error = std::current_exception();
-            failed = true;
-          }
-        }
-      };
-      const size_t n = std::min(static_cast<size_t>(o.jobs), groups.size());
-      if (n <= 1) {
-        slot_work(0);
-      } else {
-        std::vector<std::thread> slots;
-        for (size_t s = 0; s < n; ++s)
-          slots.emplace_back(slot_work, s);
-        for (auto& t : slots)
-          t.join();
-      }
-      out.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (error) {
+      try {
+        Slots(order(todo, o), todo.size(), o, runner ? runner : train_group,
+              &out)
+            .run();
+      } catch (...) {
         // Leave no empty file behind when the lock created it.
         std::error_code ec;
         if (!existed && out.ran == 0)
           fs::remove(o.results_path, ec);
-        std::rethrow_exception(error);
+        throw;
       }
+      out.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     }
   }
   out.records =

@@ -1,6 +1,8 @@
-// The one engine every command that trains goes through (the default run,
-// `verdict`, `table`, `merge`): a job list of PairSpecs run against a
-// results file that may already hold some of it. What it does, in order:
+// The one engine every command that trains or measures pairs goes through
+// (the default run, `verdict`, `table`, `merge`, `merge --models`, each by
+// way of sweep/command.h), and the one writer of results files: a job list
+// of PairSpecs run against a results file that may already hold some of
+// it. What it does, in order:
 //   - resume: pairs whose key the file holds are skipped; a pair the file
 //     holds under another key (another record schema, other optimizer
 //     hyperparameters, other merge checkpoints) is an error naming the
@@ -16,10 +18,12 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "sweep/results.h"
+#include "twins/pair.h"
 #include "twins/spec.h"
 
 namespace sweep {
@@ -86,13 +90,21 @@ struct EngineOutcome {
 void check_run(const std::vector<twins::PairSpec>& pairs,
                const EngineOptions& options);
 
+// How the engine runs one group: it must call options.pair_done once per
+// pair as the pair ends. The default trains it (twins::run_group); saved
+// pairs are measured instead (twins::measure_saved).
+using GroupRunner = std::function<void(const std::vector<twins::PairSpec>&,
+                                       const twins::GroupOptions& options)>;
+
 // Runs the pairs of `pairs` the results file does not hold yet (see the
-// top of this file). Validates the file, the job list and the memory
-// estimate before anything is created; on an error while running, no new
-// group starts, running groups finish and are recorded, then the first
-// error is rethrown (and an empty file the run created is removed).
+// top of this file), each group by `runner` (empty: twins::run_group).
+// Validates the file, the job list and the memory estimate before anything
+// is created; on an error while running, no new group starts, running
+// groups finish and are recorded, then the first error is rethrown (and an
+// empty file the run created is removed).
 EngineOutcome run_sweep(const std::vector<twins::PairSpec>& pairs,
-                        const EngineOptions& options);
+                        const EngineOptions& options,
+                        const GroupRunner& runner = {});
 
 // The records of `file` whose key is one of `pairs`', in job-list order,
 // each once. Throws when a record holds one of the pairs under another key

@@ -17,6 +17,13 @@ optim::Hparams registry_hparams(const std::string& opt) {
   return optim::find_optimizer(opt).hparams;
 }
 
+int64_t planned_steps(const PlanRequest& r) {
+  const int64_t steps =
+      r.steps != 0 ? r.steps : data::task_defaults(r.task).steps;  // throws
+  TORCH_CHECK(steps >= 1, "Invalid --steps: ", r.steps, " (must be >= 1)");
+  return steps;
+}
+
 namespace {
 
 // The (opt, twin) rows: the Table-3 set when neither list is given; else
@@ -42,8 +49,7 @@ PairSpec base_spec(const PlanRequest& r) {
   const data::TaskDefaults& d = data::task_defaults(r.task);  // throws
   PairSpec s;
   s.task = r.task;
-  s.steps = r.steps != 0 ? r.steps : d.steps;
-  TORCH_CHECK(s.steps >= 1, "Invalid --steps: ", r.steps, " (must be >= 1)");
+  s.steps = planned_steps(r);
   s.device = r.device;
   // float64 is the CUDA default (the paper's Table 9), float32 the CPU one.
   s.dtype = !r.dtype.empty()    ? twins::parse_dtype(r.dtype)

@@ -44,6 +44,10 @@ struct PlanRequest {
 // the last step).
 std::vector<twins::PairSpec> expand(const PlanRequest& request);
 
+// The steps the pairs of `request` train: --steps, or the task's default.
+// Throws for an unknown task or steps < 1.
+int64_t planned_steps(const PlanRequest& request);
+
 // The hyperparameters the registry builds `opt` with.
 optim::Hparams registry_hparams(const std::string& opt);
 

@@ -25,13 +25,14 @@ void Progress::line(const std::string& text) {
 }
 
 void Progress::status() {
-  std::string s;
+  std::vector<std::string> running;
   for (const auto& r : slots_) {
-    if (!r.active)
-      continue;
-    s += fmt::format("{}{}/{} {} {}/{}", s.empty() ? "" : " | ", r.group + 1,
-                     groups_, r.label, r.step, r.steps);
+    if (r.active) {
+      running.push_back(fmt::format("{}/{} {} {}/{}", r.group + 1, groups_,
+                                    r.label, r.step, r.steps));
+    }
   }
+  std::string s = fmt::format("{}", fmt::join(running, " | "));
   // One terminal line, or the carriage return cannot rewrite it.
   winsize ws{};
   const size_t width =
@@ -53,10 +54,10 @@ void Progress::begin(size_t slot, size_t group,
   if (slots_.size() <= slot)
     slots_.resize(slot + 1);
   const twins::PairSpec& s = specs.front();
-  std::string twins;
-  for (const auto& p : specs) {
-    twins += (twins.empty() ? "" : ", ") + twins::twin_label(p);
-  }
+  std::vector<std::string> labels;
+  for (const auto& p : specs)
+    labels.push_back(twins::twin_label(p));
+  const std::string twins = fmt::format("{}", fmt::join(labels, ", "));
   Running& r = slots_[slot];
   r = Running{true, fmt::format("{} (init {})", s.opt, s.init_seed), group, 0,
               s.steps};

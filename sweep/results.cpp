@@ -9,9 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "twins/io.h"
 #include "twins/record.h"
@@ -34,16 +32,7 @@ void JsonlSink::append(const json& record) {
     TORCH_CHECK(fd_ >= 0, "Cannot open results file '", path_,
                 "': ", std::strerror(errno));
   }
-  const std::string line = record.dump() + "\n";
-  size_t done = 0;
-  while (done < line.size()) {
-    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    TORCH_CHECK(n > 0, "Cannot write results file '", path_,
-                "': ", std::strerror(errno));
-    done += static_cast<size_t>(n);
-  }
+  twins::write_all(fd_, record.dump() + "\n", path_, "results file");
   TORCH_CHECK(::fsync(fd_) == 0, "Cannot sync results file '", path_,
               "': ", std::strerror(errno));
 }
@@ -60,13 +49,7 @@ ResultsFile read_results(const std::string& path, bool missing_ok) {
   }
   TORCH_CHECK(S_ISREG(st.st_mode), "results file '", path,
               "' is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  TORCH_CHECK(in, "Cannot read results file '", path,
-              "': ", std::strerror(errno));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  TORCH_CHECK(!in.bad(), "Cannot read results file '", path, "'");
-  const std::string content = buffer.str();
+  const std::string content = twins::read_file(path, "results file");
 
   size_t start = 0;
   int64_t line_no = 0;
@@ -158,11 +141,8 @@ std::vector<StoredRecord> read_records(const std::vector<std::string>& files,
                "the first of each is used\n",
                duplicates);
   }
-  std::string names;
-  for (const auto& p : files) {
-    names += (names.empty() ? "'" : ", '") + p + "'";
-  }
-  TORCH_CHECK(!records.empty(), "results file(s) ", names, " hold no records");
+  TORCH_CHECK(!records.empty(), "results file(s) '",
+              fmt::format("{}", fmt::join(files, "', '")), "' hold no records");
   return records;
 }
 

@@ -1,6 +1,9 @@
-// The benchmark's bookkeeping: the analytic FLOP count of a training step
-// and a quick end-to-end run of `twin-run bench`.
+// The benchmark's bookkeeping: the analytic FLOP count of a training step,
+// the page-fault figure, and a quick end-to-end run of `twin-run bench`.
 #include <gtest/gtest.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "bench/bench.h"
 #include "model/flops.h"
 #include "model/transformer.h"
 #include "twin_run_path.h"
@@ -103,6 +107,29 @@ TEST(Allocator, FreedMemoryStaysInTheProcess) {
   EXPECT_GT(minor_faults() - big, (64 << 20) / 4096 / 2);
 }
 
+// The benchmark's fault figure sees faults where a run makes them: under
+// glibc's default malloc settings (mmap and trim thresholds 128 KiB, set
+// here explicitly in case keep_freed_memory ran earlier in this process)
+// every mod47 step maps and faults its activations in afresh: thousands of
+// faults per pair-step (docs/performance.md: about 3,000 with glibc's
+// self-raising threshold; about 21,000 with it fixed as here, 2-core EPYC),
+// against 0 to 150 with the memory kept (BenchCommand below).
+TEST(BenchFaults, GlibcDefaultsFaultEveryPairStep) {
+#if !defined(__GLIBC__)
+  GTEST_SKIP() << "the fault figure is compared with glibc's malloc defaults";
+#else
+  ASSERT_EQ(mallopt(M_MMAP_THRESHOLD, 128 << 10), 1);
+  ASSERT_EQ(mallopt(M_TRIM_THRESHOLD, 128 << 10), 1);
+  bench::BenchOptions o;
+  o.rows = {"mod47-f32-seq1"};
+  o.quick = true;
+  o.repeats = 2;
+  const std::vector<bench::BenchRow> rows = bench::run_bench(o);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_GT(rows[0].faults_per_pair_step, 1000);
+#endif
+}
+
 TEST(BenchCommand, QuickRunWritesRowsWithPositiveFigures) {
   const fs::path dir =
       fs::temp_directory_path() / ("twins-bench-" + std::to_string(::getpid()));
@@ -118,7 +145,9 @@ TEST(BenchCommand, QuickRunWritesRowsWithPositiveFigures) {
   const auto j = nlohmann::json::parse(f);
   ASSERT_EQ(j["rows"].size(), 2u);
   for (const auto& r : j["rows"]) {
-    EXPECT_GE(r["faults_per_pair_step"].get<double>(), 0);
+    // twin-run keeps freed memory (twins::keep_freed_memory): far fewer
+    // faults than glibc's defaults make (BenchFaults above).
+    EXPECT_LT(r["faults_per_pair_step"].get<double>(), 1000) << r["row"];
     EXPECT_GT(r["s_per_pair_step"].get<double>(), 0);
     EXPECT_GT(r["roof_gflops"].get<double>(), 0);
     EXPECT_GT(r["model_gflops"].get<double>(), 0);

@@ -41,6 +41,19 @@ void PrintTo(const BadInput& b, std::ostream* os) {
   *os << b.args;
 }
 
+// `args` (run in `dir` with --out res.jsonl) fails with one line on stderr
+// that mentions `must_mention`, and writes no results file.
+void expect_rejected(const std::string& args, const std::string& must_mention,
+                     const fs::path& dir) {
+  const Outcome o = twin_run(args + " --out res.jsonl", dir);
+  EXPECT_NE(o.code, 0) << args;
+  EXPECT_EQ(count_lines(o.err), 1) << args << "\n" << o.err;
+  EXPECT_NE(o.err.find(must_mention), std::string::npos)
+      << args << " -> " << o.err;
+  EXPECT_FALSE(fs::exists(dir / "res.jsonl")) << args;
+  EXPECT_FALSE(fs::exists(dir / "runs")) << args;
+}
+
 class CliRejects : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(CliRejects, WithOneLineNonZeroExitAndNoResultFile) {
@@ -50,13 +63,7 @@ TEST_P(CliRejects, WithOneLineNonZeroExitAndNoResultFile) {
                     "valid here";
   }
   const fs::path dir = fresh_dir("bad");
-  Outcome o = twin_run(bad.args + " --steps 2 --out res.jsonl", dir);
-  EXPECT_NE(o.code, 0) << bad.args;
-  EXPECT_EQ(count_lines(o.err), 1) << bad.args << "\n" << o.err;
-  EXPECT_NE(o.err.find(bad.must_mention), std::string::npos)
-      << bad.args << " -> " << o.err;
-  EXPECT_FALSE(fs::exists(dir / "res.jsonl")) << bad.args;
-  EXPECT_FALSE(fs::exists(dir / "runs")) << bad.args;
+  expect_rejected(bad.args + " --steps 2", bad.must_mention, dir);
   fs::remove_all(dir);
 }
 
@@ -108,6 +115,76 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return name + "_" + std::to_string(info.index);
     });
+
+// Every comma-separated list flag of every command goes through one parser:
+// an empty value and an empty element are the same one-line error naming
+// the flag, with a non-zero exit and nothing written. `base` makes the rest
+// of the command line valid.
+struct ListFlag {
+  std::string base;  // command and the flags it needs
+  std::string flag;
+};
+
+void PrintTo(const ListFlag& f, std::ostream* os) {
+  *os << f.base << " " << f.flag;
+}
+
+class ListFlagRejects : public ::testing::TestWithParam<ListFlag> {};
+
+TEST_P(ListFlagRejects, EmptyValueAndEmptyElementAlike) {
+  const ListFlag& f = GetParam();
+  const fs::path dir = fresh_dir("list");
+  const std::pair<std::string, std::string> cases[] = {
+      {"''", f.flag + ": empty value"},
+      {"x,,y", f.flag + ": empty element in 'x,,y'"},
+      {"x,", f.flag + ": empty element in 'x,'"},
+      {",x", f.flag + ": empty element in ',x'"}};
+  for (const auto& [value, message] : cases)
+    expect_rejected(f.base + " " + f.flag + " " + value, message, dir);
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryListFlag, ListFlagRejects,
+    ::testing::Values(
+        ListFlag{"--steps 2", "--opt"}, ListFlag{"--steps 2", "--twin"},
+        ListFlag{"--steps 2", "--init-seed"},
+        ListFlag{"--steps 2", "--twin-seed"},
+        ListFlag{"--steps 2", "--noise-scale"},
+        ListFlag{"--steps 2 --opt adam-p", "--p"},
+        ListFlag{"verdict --steps 2", "--opt"},
+        ListFlag{"verdict --steps 2 --opt adam-p", "--p"},
+        ListFlag{"merge --steps 2", "--opt"},
+        ListFlag{"merge --steps 2", "--twin"},
+        ListFlag{"merge --steps 2", "--init-seed"},
+        ListFlag{"merge --steps 2", "--twin-seed"},
+        ListFlag{"merge --steps 2", "--noise-scale"},
+        ListFlag{"merge --steps 2 --opt adam-p", "--p"},
+        ListFlag{"merge --steps 2", "--merge-at"},
+        ListFlag{"bench --quick", "--rows"}),
+    [](const ::testing::TestParamInfo<ListFlag>& info) {
+      const std::string& base = info.param.base;
+      std::string name;  // "run_opt_0", "verdict_p_7"
+      for (char c : (base.rfind("--", 0) == 0
+                         ? std::string("run")
+                         : base.substr(0, base.find(' '))) +
+                        "_" + info.param.flag) {
+        if (std::isalnum(static_cast<unsigned char>(c)) || c == '_')
+          name += c;
+      }
+      return name + "_" + std::to_string(info.index);
+    });
+
+// Options that take several values (files, a directory) refuse an empty
+// one in the same words.
+TEST(Cli, EmptyFileValuesAreRefusedLikeEmptyListValues) {
+  const fs::path dir = fresh_dir("empty-files");
+  for (const std::string args :
+       {"table --aggregate ''", "plot ''", "merge --models ''"}) {
+    expect_rejected(args, ": empty value", dir);
+  }
+  fs::remove_all(dir);
+}
 
 // Steps outside 1..1e9, including a number too large for 64 bits (which a
 // plain conversion would clamp to 9223372036854775807 and run).
@@ -371,6 +448,16 @@ TEST(MergeCommand, TrainsMeasuresSavesAndMeasuresSavedPairsAlike) {
     EXPECT_EQ(j["merge"][0], trained[j["twin"]]["merge"][1]) << j["twin"];
   }
   EXPECT_EQ(n, 2);
+  // The same command again finds both recorded (one results writer: the
+  // engine's, which resumes); the trained file holds the same pairs merged
+  // at other steps, and refuses to mix them.
+  o = twin_run("merge --models models --quiet --out s.jsonl", dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(count_lines(slurp(dir / "s.jsonl")), 2);
+  o = twin_run("merge --models models --quiet --out m.jsonl", dir);
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.err.find("other --merge-at steps"), std::string::npos) << o.err;
+  EXPECT_EQ(count_lines(slurp(dir / "m.jsonl")), 2);
 
   // A missing directory, and a damaged saved model: one line naming it.
   o = twin_run("merge --models nowhere --out x.jsonl", dir);

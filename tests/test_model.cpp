@@ -2,6 +2,7 @@
 // builds deterministically from a seed, and exposes the right blocks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -17,6 +18,19 @@ namespace {
 
 using testing_helpers::tiny_mod_config;
 
+// How far the gauge twin's W_Q moved from copy 1's (largest entry change
+// over the layers): a twin that apply_twin left untouched computes the same
+// function trivially, so every gauge-invariance test checks this first.
+double query_change(const model::Transformer& m1, const model::Transformer& m2) {
+  double change = 0;
+  for (size_t l = 0; l < m1->blocks.size(); ++l) {
+    const auto& w1 = m1->blocks[l]->attn->wq->weight;
+    const auto& w2 = m2->blocks[l]->attn->wq->weight;
+    change = std::max(change, (w1 - w2).abs().max().item<double>());
+  }
+  return change;
+}
+
 // Relative logit difference between a model and its gauge-rotated copy on
 // every mod-47 input, at initialisation.
 double gauge_logit_gap(torch::Dtype dtype) {
@@ -25,6 +39,9 @@ double gauge_logit_gap(torch::Dtype dtype) {
   auto m1 = model::build(cfg, 42, dtype, torch::kCPU);
   auto m2 = model::build(cfg, 42, dtype, torch::kCPU);
   twins::apply_twin(m2, twins::TwinKind::kGauge, 777, 0);
+  // A random rotation of a 16-dimensional head moves W_Q by about the size
+  // of its entries (order 1 / sqrt(d)), far above rounding.
+  EXPECT_GT(query_change(m1, m2), 1e-3) << "apply_twin left W_Q unrotated";
   torch::NoGradGuard no_grad;
   const auto& x = task.validation().x;
   return twins::relative_distance(m1->forward(x), m2->forward(x));

@@ -2,10 +2,18 @@
 // equivariance in float64, Adam's first-step split (Proposition 4.4), the
 // checkpoint schedule, divergence handling, the JSON contract, the
 // vocabulary, and groups of pairs sharing copy 1 giving every pair's record
-// bitwise.
+// bitwise; the one thread pool and the checked file helpers.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <stdexcept>
 
 #include "helpers.h"
 #include "model/loss.h"
@@ -13,6 +21,7 @@
 #include "twins/defaults.h"
 #include "twins/device.h"
 #include "twins/gauge.h"
+#include "twins/io.h"
 #include "twins/pair.h"
 #include "twins/record.h"
 
@@ -355,6 +364,105 @@ TEST(Vocabulary, DriftFinalChaosTrackingAndOnsetAreDefinedOnce) {
   EXPECT_TRUE(std::isnan(twins::final_drift(g)));
   g.curve.back().qk_drift_max = std::nan("");
   EXPECT_TRUE(std::isnan(twins::largest_drift(g)));
+}
+
+// ---------------------------------------------------------------------------
+// The thread pool every parallel loop uses (the engine's job slots, a
+// group's models)
+
+TEST(Threads, EveryItemRunsOnceOnAtMostTheWorkersAsked) {
+  std::mutex mutex;
+  std::multiset<size_t> items;
+  std::set<size_t> workers;
+  std::atomic<bool> one_thread{true};
+  twins::run_on_threads(50, 3, [&](size_t item, size_t worker) {
+    one_thread = one_thread && twins::thread_info().torch_threads == 1;
+    std::lock_guard<std::mutex> lock(mutex);
+    items.insert(item);
+    workers.insert(worker);
+  });
+  ASSERT_EQ(items.size(), 50u);
+  for (size_t i = 0; i < 50; ++i)
+    EXPECT_EQ(items.count(i), 1u) << i;
+  EXPECT_LE(*workers.rbegin(), 2u);
+  EXPECT_TRUE(one_thread) << "a worker ran with more than one thread";
+}
+
+TEST(Threads, OneWorkerRunsInOrderAtTheCallersSettings) {
+  twins::set_threads(2);
+  std::vector<size_t> order;
+  twins::run_on_threads(5, 1, [&](size_t item, size_t worker) {
+    EXPECT_EQ(worker, 0u);
+    EXPECT_EQ(twins::thread_info().torch_threads, 2);
+    order.push_back(item);
+  });
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 3, 4}));
+  twins::set_threads(1);
+}
+
+TEST(Threads, AfterAnErrorNoNewItemStartsAndTheFirstIsRethrown) {
+  std::vector<size_t> ran;
+  try {
+    twins::run_on_threads(10, 1, [&](size_t item, size_t) {
+      ran.push_back(item);
+      if (item == 3)
+        throw std::runtime_error("item 3");
+    });
+    ADD_FAILURE() << "no throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "item 3");
+  }
+  EXPECT_EQ(ran, (std::vector<size_t>{0, 1, 2, 3}));
+  // Several workers: the other worker's items finish, the error comes out.
+  EXPECT_THROW(twins::run_on_threads(4, 2,
+                                     [&](size_t item, size_t) {
+                                       if (item == 0)
+                                         throw std::runtime_error("first");
+                                     }),
+               std::runtime_error);
+}
+
+// ---------------------------------------------------------------------------
+// File helpers: every error names the file
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
+}
+
+TEST(Io, WholeFileReadsAndWritesAreCheckedAndNameTheFile) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("twins-io-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string path = (dir / "sub" / "a.bin").string();
+  const std::string bytes("one\0two\nthree", 13);
+  twins::write_text_atomically(path, bytes);  // creates dir/sub
+  EXPECT_EQ(twins::read_file(path), bytes);
+  EXPECT_EQ(twins::path_stem(path), (dir / "sub" / "a").string());
+  EXPECT_EQ(twins::path_stem("t3.jsonl"), "t3");
+
+  const std::string missing = (dir / "none.jsonl").string();
+  std::string e = error_of([&] { twins::read_file(missing, "results file"); });
+  EXPECT_NE(e.find("Cannot read results file '" + missing + "'"),
+            std::string::npos)
+      << e;
+  e = error_of([&] { twins::read_file(dir.string()); });  // a directory
+  EXPECT_NE(e.find("Cannot read file '" + dir.string() + "'"),
+            std::string::npos)
+      << e;
+  const int fd = ::open(path.c_str(), O_RDONLY);  // not open for writing
+  ASSERT_GE(fd, 0);
+  e = error_of([&] { twins::write_all(fd, "x", path, "results file"); });
+  ::close(fd);
+  EXPECT_NE(e.find("Cannot write results file '" + path + "'"),
+            std::string::npos)
+      << e;
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -5,8 +5,13 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 namespace twins {
 
@@ -73,6 +78,41 @@ void set_threads(int n) {
   if (auto fn = openblas_symbol<SetThreadsFn>("openblas_set_num_threads")) {
     fn(n);
   }
+}
+
+void run_on_threads(size_t items, size_t workers,
+                    const std::function<void(size_t, size_t)>& work) {
+  workers = std::min(workers, items);
+  if (workers <= 1) {
+    for (size_t i = 0; i < items; ++i)
+      work(i, 0);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex mutex;
+  std::exception_ptr error;
+  auto worker = [&](size_t w) {
+    set_threads(1);
+    for (size_t i; !failed && (i = next++) < items;) {
+      try {
+        work(i, w);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!error)
+          error = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < workers; ++w)
+    pool.emplace_back(worker, w);
+  worker(0);
+  for (auto& t : pool)
+    t.join();
+  if (error)
+    std::rethrow_exception(error);
 }
 
 ThreadInfo thread_info() {

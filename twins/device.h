@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <cstddef>
+#include <functional>
 #include <string>
 
 namespace twins {
@@ -28,6 +30,16 @@ bool keep_freed_memory();
 // LibTorch intra-op threads and, when LibTorch runs on OpenBLAS, OpenBLAS's
 // own pool (LibTorch does not size it). n <= 0 leaves both as they are.
 void set_threads(int n);
+
+// The one thread pool: work(item, worker) for every item in [0, items),
+// each of `workers` threads (the caller's among them) taking the next item
+// in turn. With more than one worker each runs on one LibTorch / OpenBLAS
+// thread (set_threads(1)), so an item's reductions never depend on what runs
+// beside it; with one (or one item) the caller's thread does every item at
+// its own thread settings. After an item throws no new item starts; the
+// running ones finish, then the first exception is rethrown.
+void run_on_threads(size_t items, size_t workers,
+                    const std::function<void(size_t item, size_t worker)>& work);
 
 // The thread configuration in words, for records and benchmarks.
 struct ThreadInfo {

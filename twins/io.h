@@ -1,11 +1,22 @@
-// File helpers every layer that writes shares: whole-file writes that a
-// crash cannot leave half done, and shell quoting for the few commands the
-// tool runs (gnuplot, the eager-PyTorch reference).
+// File helpers every layer that writes shares: whole-file reads and writes
+// (the writes such that a crash cannot leave them half done), a path's
+// stem, and shell quoting for the few commands the tool runs (gnuplot, the
+// eager-PyTorch reference). Every operation is checked and its error names
+// the file.
 #pragma once
 
 #include <string>
 
 namespace twins {
+
+// The whole of `path`. Throws "Cannot read <what> 'path': <reason>".
+std::string read_file(const std::string& path,
+                      const std::string& what = "file");
+
+// Writes all of `text` to `fd` (retrying short writes and EINTR). Throws
+// "Cannot write <what> 'path': <reason>", `path` being the file behind fd.
+void write_all(int fd, const std::string& text, const std::string& path,
+               const std::string& what = "file");
 
 // Writes `text` to a temporary file beside `path`, fsyncs it, renames it
 // over `path` and fsyncs the directory: a reader sees the old file or the
@@ -15,6 +26,10 @@ void write_text_atomically(const std::string& path, const std::string& text);
 
 // Creates `dir` and its parents when missing; throws naming it.
 void make_directories(const std::string& dir);
+
+// `path` without its extension, directory kept: "runs/t3.jsonl" ->
+// "runs/t3". Where a results file's summaries and figures go.
+std::string path_stem(const std::string& path);
 
 // `s` in single quotes for /bin/sh, any single quote escaped: safe for any
 // path a user may pass.

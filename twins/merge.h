@@ -11,7 +11,6 @@
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "data/task.h"
@@ -117,25 +116,12 @@ struct MergePoint {
   double qk_drift_max = 0;
 };
 
-// Aligns a copy of m2 to m1, walks both paths and records the summary. The
+// Aligns a copy of m2 to m1, walks both paths and records the summary
+// (its record: twins/record.h). The
 // models are not modified. `gauge`: the twin's A_h, or null (then the
 // rotation errors are NaN).
 MergePoint measure_merge(model::Transformer& m1, model::Transformer& m2,
                          const data::Task& task, int64_t step,
                          const HeadMatrices* gauge = nullptr);
-
-// The record of one checkpoint; non-finite numbers are written as null:
-//   {"step": n, "lambda": [0, 0.1, ..., 1],
-//    "naive":   {"val_loss": [11], "val_acc": [11], "barrier": B},
-//    "aligned": {"val_loss": [11], "val_acc": [11], "barrier": B},
-//    "residual_per_head": [depth x heads], "residual_mean", "residual_max",
-//    "unaligned_residual_mean", "unaligned_residual_max",
-//    "rotation_error_per_head": [depth x heads, or empty],
-//    "rotation_error_mean", "rotation_error_max" (null unless a gauge twin),
-//    "qk_drift_mean", "qk_drift_max"}
-nlohmann::json to_json(const MergePoint& p);
-// Back from the record (null -> NaN); throws naming the first missing or
-// mistyped field. The rotations themselves are not part of the record.
-MergePoint merge_point_from_json(const nlohmann::json& j);
 
 }  // namespace twins

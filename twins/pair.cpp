@@ -3,12 +3,8 @@
 #include <torch/version.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 #include "model/loss.h"
 #include "twins/device.h"
@@ -203,40 +199,12 @@ void Lockstep::train_to(int64_t to, const Progress& progress) {
     if (t)
       copies.push_back(t.get());
   }
-  auto train = [&](size_t i) {
-    copies[i]->train(batches, done_, i == 0 ? progress : Progress{});
-  };
-  const size_t workers = std::min(copies.size(), size_t(threads_));
-  if (workers <= 1) {
-    for (size_t i = 0; i < copies.size(); ++i)
-      train(i);
-  } else {
-    // Each worker takes the next untrained copy; one LibTorch / OpenBLAS
-    // thread per model, so a model's reductions never depend on the others.
-    std::atomic<size_t> next{0};
-    std::mutex mutex;
-    std::exception_ptr error;
-    auto work = [&] {
-      set_threads(1);
-      for (size_t i; (i = next++) < copies.size();) {
-        try {
-          train(i);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(mutex);
-          if (!error)
-            error = std::current_exception();
-        }
-      }
-    };
-    std::vector<std::thread> pool;
-    for (size_t w = 1; w < workers; ++w)
-      pool.emplace_back(work);
-    work();
-    for (auto& t : pool)
-      t.join();
-    if (error)
-      std::rethrow_exception(error);
-  }
+  // One model per worker, the reference's steps reported to `progress`.
+  run_on_threads(copies.size(), static_cast<size_t>(threads_),
+                 [&](size_t i, size_t) {
+                   copies[i]->train(batches, done_,
+                                    i == 0 ? progress : Progress{});
+                 });
   done_ = to;
 }
 
@@ -276,97 +244,133 @@ CurvePoint Lockstep::measure(size_t i, const Evaluation* reference) {
 // ---------------------------------------------------------------------------
 // run_group
 
-std::vector<PairResult> run_group(const std::vector<PairSpec>& specs,
-                                  const GroupOptions& options) {
-  const auto t0 = Clock::now();
-  Lockstep group(specs, options.threads);
-  std::vector<PairResult> results(specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    results[i].spec = specs[i];
-    results[i].torch_version = TORCH_VERSION;
-    results[i].group_pairs = static_cast<int>(specs.size());
-  }
-  // The pair's final fields from `last` (its last checkpoint, or a fresh
-  // measurement after a divergence), then the caller hears of it.
-  auto finish = [&](size_t i, const CurvePoint& last) {
-    PairResult& r = results[i];
-    r.val_acc = last.val_acc;
-    r.val_loss = last.val_loss;
-    const auto& l1 = group.reference_losses();
-    const auto& l2 = group.twin_losses(i);
-    r.train_loss = {l1.empty() ? std::nan("") : l1.back(),
-                    l2.empty() ? std::nan("") : l2.back()};
-    r.qk_per_head = qk_drift_per_head(group.reference(), group.twin(i));
-    r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (options.pair_done) {
-      options.pair_done(r, group.done(), group.reference(), group.twin(i));
-    }
-    group.retire(i);
-  };
-  auto any_live = [&] {
-    for (size_t i = 0; i < group.twins(); ++i) {
-      if (group.live(i))
-        return true;
-    }
-    return false;
-  };
-  // Head merging at the merge steps (docs/protocol.md §9); a gauge twin is
-  // also compared with the rotation that made it.
-  const std::vector<int64_t>& merge_at = specs.front().merge_at;
-  std::vector<HeadMatrices> gauges(specs.size());
-  if (!merge_at.empty()) {
-    for (size_t i = 0; i < specs.size(); ++i)
-      gauges[i] = twin_gauge(specs[i]);
-  }
-  auto measure_all = [&] {
-    const Evaluation ref = group.evaluate_reference();
-    const bool merge = std::find(merge_at.begin(), merge_at.end(),
-                                 group.done()) != merge_at.end();
-    for (size_t i = 0; i < group.twins(); ++i) {
-      if (!group.live(i))
-        continue;
-      results[i].curve.push_back(group.measure(i, &ref));
-      if (merge) {
-        results[i].merges.push_back(measure_merge(
-            group.reference(), group.twin(i), group.task(), group.done(),
-            gauges[i].empty() ? nullptr : &gauges[i]));
-      }
-    }
-  };
+namespace {
 
-  const int64_t steps = specs.front().steps;
-  const std::vector<int64_t> checkpoints = checkpoint_steps(steps, merge_at);
-  size_t next = 0;  // the next checkpoint
-  if (checkpoints[0] == 0) {
-    measure_all();
-    ++next;
+// One group's run through its checkpoints, phase by phase: start (step 0),
+// then segments of training, each followed by the divergence check and, at
+// a checkpoint, the measurements; finally the pairs still live end.
+class GroupRun {
+ public:
+  GroupRun(const std::vector<PairSpec>& specs, const GroupOptions& options)
+      : t0_(Clock::now()),
+        options_(options),
+        group_(specs, options.threads),
+        results_(specs.size()),
+        gauges_(specs.size()),
+        merge_at_(specs.front().merge_at),
+        steps_(specs.front().steps),
+        checkpoints_(checkpoint_steps(steps_, merge_at_)) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      results_[i].spec = specs[i];
+      results_[i].torch_version = TORCH_VERSION;
+      results_[i].group_pairs = static_cast<int>(specs.size());
+      // A gauge twin's merge is also compared with the rotation that made
+      // it (docs/protocol.md §9).
+      if (!merge_at_.empty())
+        gauges_[i] = twin_gauge(specs[i]);
+    }
   }
+
+  std::vector<PairResult> run() {
+    if (checkpoints_[next_] == 0)
+      checkpoint();
+    while (group_.done() < steps_ && any_live()) {
+      train_segment();
+      end_diverged();
+      if (!any_live())
+        break;
+      if (group_.done() == checkpoints_[next_])
+        checkpoint();
+    }
+    for (size_t i = 0; i < group_.twins(); ++i) {
+      if (group_.live(i))
+        finish(i, results_[i].curve.back());
+    }
+    return std::move(results_);
+  }
+
+ private:
   // Segments end at checkpoints and every kSyncEvery steps; the losses are
   // read back (and checked) only there.
-  while (group.done() < steps && any_live()) {
-    group.train_to(std::min((group.done() / kSyncEvery + 1) * kSyncEvery,
-                            checkpoints[next]),
-                   options.progress);
-    const std::vector<int64_t> bad = group.check_losses();
+  void train_segment() {
+    const int64_t sync = (group_.done() / kSyncEvery + 1) * kSyncEvery;
+    group_.train_to(std::min(sync, checkpoints_[next_]), options_.progress);
+  }
+
+  // A pair whose copy 1 or copy 2 has a non-finite loss ends here.
+  void end_diverged() {
+    const std::vector<int64_t> bad = group_.check_losses();
     for (size_t i = 0; i < bad.size(); ++i) {
       if (bad[i] < 0)
         continue;
-      results[i].status = PairStatus::kDiverged;
-      results[i].diverged_step = bad[i];
-      finish(i, group.measure(i));  // mostly NaN, recorded as null
-    }
-    if (!any_live())
-      break;
-    if (group.done() == checkpoints[next]) {
-      measure_all();
-      ++next;
+      results_[i].status = PairStatus::kDiverged;
+      results_[i].diverged_step = bad[i];
+      finish(i, group_.measure(i));  // mostly NaN, recorded as null
     }
   }
-  for (size_t i = 0; i < group.twins(); ++i) {
-    if (group.live(i))
-      finish(i, results[i].curve.back());
+
+  // Every live twin against the reference (evaluated once), and head
+  // merging at the merge steps.
+  void checkpoint() {
+    const Evaluation ref = group_.evaluate_reference();
+    const bool merge = std::find(merge_at_.begin(), merge_at_.end(),
+                                 group_.done()) != merge_at_.end();
+    for (size_t i = 0; i < group_.twins(); ++i) {
+      if (!group_.live(i))
+        continue;
+      results_[i].curve.push_back(group_.measure(i, &ref));
+      if (merge) {
+        results_[i].merges.push_back(measure_merge(
+            group_.reference(), group_.twin(i), group_.task(), group_.done(),
+            gauges_[i].empty() ? nullptr : &gauges_[i]));
+      }
+    }
+    ++next_;
   }
-  return results;
+
+  // The pair's final fields from `last` (its last checkpoint, or a fresh
+  // measurement after a divergence), then the caller hears of it.
+  void finish(size_t i, const CurvePoint& last) {
+    PairResult& r = results_[i];
+    r.val_acc = last.val_acc;
+    r.val_loss = last.val_loss;
+    const auto& l1 = group_.reference_losses();
+    const auto& l2 = group_.twin_losses(i);
+    r.train_loss = {l1.empty() ? std::nan("") : l1.back(),
+                    l2.empty() ? std::nan("") : l2.back()};
+    r.qk_per_head = qk_drift_per_head(group_.reference(), group_.twin(i));
+    r.wall_s = std::chrono::duration<double>(Clock::now() - t0_).count();
+    if (options_.pair_done) {
+      options_.pair_done(r, group_.done(), group_.reference(), group_.twin(i));
+    }
+    group_.retire(i);
+  }
+
+  bool any_live() const {
+    for (size_t i = 0; i < group_.twins(); ++i) {
+      if (group_.live(i))
+        return true;
+    }
+    return false;
+  }
+
+  const Clock::time_point t0_;
+  const GroupOptions& options_;
+  Lockstep group_;
+  std::vector<PairResult> results_;
+  std::vector<HeadMatrices> gauges_;
+  const std::vector<int64_t> merge_at_;
+  const int64_t steps_;
+  const std::vector<int64_t> checkpoints_;
+  size_t next_ = 0;  // the next checkpoint
+};
+
+}  // namespace
+
+std::vector<PairResult> run_group(const std::vector<PairSpec>& specs,
+                                  const GroupOptions& options) {
+  TORCH_CHECK(!specs.empty(), "Lockstep: no pairs");
+  return GroupRun(specs, options).run();
 }
 
 PairResult run_pair(const PairSpec& spec, const Progress& progress,

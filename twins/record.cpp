@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "twins/device.h"
-#include "twins/merge.h"
 
 namespace twins {
 
@@ -29,45 +28,47 @@ json numbers(const std::vector<double>& v) {
 // ---------------------------------------------------------------------------
 // Reading
 
-const json& field(const json& j, const char* name) {
-  TORCH_CHECK(j.is_object(), "record is not a JSON object");
+// j[name]; `what` names j in the message ("record", "merge record").
+const json& field(const json& j, const std::string& name,
+                  const char* what = "record") {
+  TORCH_CHECK(j.is_object(), what, " is not a JSON object");
   auto it = j.find(name);
-  TORCH_CHECK(it != j.end(), "record has no '", name, "' field");
+  TORCH_CHECK(it != j.end(), what, " has no '", name, "' field");
   return *it;
 }
 
 // A number, or NaN for null (how non-finite values are written).
-double real(const json& v, const char* name) {
+double real(const json& v, const std::string& name) {
   if (v.is_null())
     return std::nan("");
   TORCH_CHECK(v.is_number(), "field '", name, "' is not a number");
   return v.get<double>();
 }
 
-int64_t integer(const json& v, const char* name) {
+int64_t integer(const json& v, const std::string& name) {
   TORCH_CHECK(v.is_number_integer(), "field '", name, "' is not an integer");
   return v.get<int64_t>();
 }
 
-uint64_t seed(const json& v, const char* name) {
+uint64_t seed(const json& v, const std::string& name) {
   TORCH_CHECK(v.is_number_unsigned() ||
                   (v.is_number_integer() && v.get<int64_t>() >= 0),
               "field '", name, "' is not a seed");
   return v.get<uint64_t>();
 }
 
-std::string text(const json& v, const char* name) {
+std::string text(const json& v, const std::string& name) {
   TORCH_CHECK(v.is_string(), "field '", name, "' is not a string");
   return v.get<std::string>();
 }
 
-std::array<double, 2> pair_from(const json& v, const char* name) {
+std::array<double, 2> pair_from(const json& v, const std::string& name) {
   TORCH_CHECK(v.is_array() && v.size() == 2, "field '", name,
               "' is not a pair of numbers");
   return {real(v[0], name), real(v[1], name)};
 }
 
-std::vector<double> numbers_from(const json& v, const char* name) {
+std::vector<double> numbers_from(const json& v, const std::string& name) {
   TORCH_CHECK(v.is_array(), "field '", name, "' is not an array");
   std::vector<double> out;
   for (const json& x : v)
@@ -89,7 +90,85 @@ CurvePoint curve_point(const json& p) {
   return c;
 }
 
+// ---------------------------------------------------------------------------
+// Head merging (twins/merge.h)
+
+json path_json(const LossPath& p) {
+  return {{"val_loss", numbers(p.loss)},
+          {"val_acc", numbers(p.acc)},
+          {"barrier", num(p.barrier)}};
+}
+
+LossPath path_from(const json& j, const std::string& name) {
+  const json& p = field(j, name, "merge record");
+  LossPath out;
+  out.loss = numbers_from(field(p, "val_loss", "merge record"),
+                          "merge." + name + ".val_loss");
+  out.acc = numbers_from(field(p, "val_acc", "merge record"),
+                         "merge." + name + ".val_acc");
+  out.barrier = real(field(p, "barrier", "merge record"),
+                     "merge." + name + ".barrier");
+  return out;
+}
+
 }  // namespace
+
+json to_json(const MergePoint& p) {
+  const Alignment& a = p.alignment;
+  return {{"step", p.step},
+          {"lambda", numbers(p.lambdas)},
+          {"naive", path_json(p.naive)},
+          {"aligned", path_json(p.aligned)},
+          {"residual_per_head", numbers(a.residual)},
+          {"residual_mean", num(a.residual_mean)},
+          {"residual_max", num(a.residual_max)},
+          {"unaligned_residual_mean", num(a.unaligned_residual_mean)},
+          {"unaligned_residual_max", num(a.unaligned_residual_max)},
+          {"rotation_error_per_head", numbers(a.rotation_error)},
+          {"rotation_error_mean", num(a.rotation_error_mean)},
+          {"rotation_error_max", num(a.rotation_error_max)},
+          {"qk_drift_mean", num(p.qk_drift_mean)},
+          {"qk_drift_max", num(p.qk_drift_max)}};
+}
+
+MergePoint merge_point_from_json(const json& j) {
+  auto get = [&](const char* name) -> const json& {
+    return field(j, name, "merge record");
+  };
+  auto value = [&](const char* name) {
+    return real(get(name), std::string("merge.") + name);
+  };
+  auto values = [&](const char* name) {
+    return numbers_from(get(name), std::string("merge.") + name);
+  };
+  MergePoint p;
+  p.step = integer(get("step"), "merge.step");
+  p.lambdas = values("lambda");
+  p.naive = path_from(j, "naive");
+  p.aligned = path_from(j, "aligned");
+  for (const LossPath* path : {&p.naive, &p.aligned}) {
+    TORCH_CHECK(path->loss.size() == p.lambdas.size() &&
+                    path->acc.size() == p.lambdas.size(),
+                "merge record: ", p.lambdas.size(), " lambdas but ",
+                path->loss.size(), " losses and ", path->acc.size(),
+                " accuracies");
+  }
+  Alignment& a = p.alignment;
+  a.residual = values("residual_per_head");
+  a.residual_mean = value("residual_mean");
+  a.residual_max = value("residual_max");
+  a.unaligned_residual_mean = value("unaligned_residual_mean");
+  a.unaligned_residual_max = value("unaligned_residual_max");
+  a.rotation_error = values("rotation_error_per_head");
+  a.rotation_error_mean = value("rotation_error_mean");
+  a.rotation_error_max = value("rotation_error_max");
+  p.qk_drift_mean = value("qk_drift_mean");
+  p.qk_drift_max = value("qk_drift_max");
+  return p;
+}
+
+// ---------------------------------------------------------------------------
+// Pairs
 
 json spec_to_json(const PairSpec& s) {
   json j;

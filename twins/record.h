@@ -1,5 +1,5 @@
-// The record codec (docs/output-format.md): one JSON object per pair, and
-// back. Later fields may be added; existing ones are never renamed. The
+// The record codec (docs/output-format.md): one JSON object per pair (its
+// head-merging checkpoints included), and back. Later fields may be added; existing ones are never renamed. The
 // schema version (kRecordSchema) changes when a field's meaning does.
 #pragma once
 
@@ -24,6 +24,21 @@ PairResult from_json(const nlohmann::json& record);
 
 // The schema a record was written with: its "schema" field, 1 without.
 int record_schema(const nlohmann::json& record);
+
+// One head-merging checkpoint (twins/merge.h); non-finite numbers as null:
+//   {"step": n, "lambda": [0, 0.1, ..., 1],
+//    "naive":   {"val_loss": [11], "val_acc": [11], "barrier": B},
+//    "aligned": {"val_loss": [11], "val_acc": [11], "barrier": B},
+//    "residual_per_head": [depth x heads], "residual_mean", "residual_max",
+//    "unaligned_residual_mean", "unaligned_residual_max",
+//    "rotation_error_per_head": [depth x heads, or empty],
+//    "rotation_error_mean", "rotation_error_max" (null unless a gauge twin),
+//    "qk_drift_mean", "qk_drift_max"}
+// The rotations themselves are not part of the record.
+nlohmann::json to_json(const MergePoint& p);
+// Back from the record (null -> NaN); throws naming the first missing or
+// mistyped field.
+MergePoint merge_point_from_json(const nlohmann::json& j);
 
 // A record without the fields that measure the run rather than the pair
 // (wall_s, threads, group_pairs): what "the same record however it was

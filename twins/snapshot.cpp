@@ -4,15 +4,17 @@
 #include <torch/serialize/output-archive.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <set>
 #include <sstream>
 
 #include "twins/io.h"
+#include "twins/merge.h"
+#include "twins/metrics.h"
 #include "twins/pair.h"
 #include "twins/record.h"
 
@@ -51,9 +53,7 @@ void write_model(const std::string& path, const model::Transformer& m) {
 PairSpec read_spec(const std::string& path, int64_t* step) {
   TORCH_CHECK(fs::is_regular_file(path), "saved pair: '", path,
               "' does not exist");
-  std::ifstream in(path, std::ios::binary);
-  TORCH_CHECK(in, "saved pair: cannot read '", path, "'");
-  const std::string text(std::istreambuf_iterator<char>(in), {});
+  const std::string text = read_file(path, "saved pair file");
   json j;
   try {
     j = json::parse(text);
@@ -196,6 +196,47 @@ SavedPair load_pair(const std::string& dir, const torch::Device& device,
     read_model((d / kSnapshotModelFiles[i]).string(), *models[i], s.spec.dtype);
   }
   return s;
+}
+
+std::vector<std::string> find_saved_pairs(const std::string& dir) {
+  if (fs::exists(fs::path(dir) / kSnapshotSpecFile))
+    return {dir};
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    if (it->is_directory() && fs::exists(it->path() / kSnapshotSpecFile))
+      out.push_back(it->path().string());
+  }
+  TORCH_CHECK(!ec, "Cannot read directory '", dir, "': ", ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+PairSpec saved_spec(const SavedPair& s) {
+  PairSpec spec = s.spec;
+  spec.merge_at = {s.step};
+  return spec;
+}
+
+PairResult measure_saved(SavedPair& s) {
+  PairResult r;
+  r.spec = saved_spec(s);
+  r.torch_version = TORCH_VERSION;
+  // Train losses are unknown (NaN): the copies were saved, not trained here.
+  const Evaluation e1 = evaluate(s.m1, *s.task);
+  const Evaluation e2 = evaluate(s.m2, *s.task);
+  CurvePoint c = compare(e1, s.m1, e2, s.m2, s.step);
+  c.train_loss = {std::nan(""), std::nan("")};
+  r.curve.push_back(c);
+  r.qk_per_head = qk_drift_per_head(s.m1, s.m2);
+  r.val_acc = c.val_acc;
+  r.val_loss = c.val_loss;
+  r.train_loss = c.train_loss;
+  const HeadMatrices gauge = twin_gauge(s.spec);
+  r.merges.push_back(measure_merge(s.m1, s.m2, *s.task, s.step,
+                                   gauge.empty() ? nullptr : &gauge));
+  return r;
 }
 
 }  // namespace twins

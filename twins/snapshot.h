@@ -17,9 +17,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "data/task.h"
 #include "model/transformer.h"
+#include "twins/result.h"
 #include "twins/spec.h"
 
 namespace twins {
@@ -58,5 +60,18 @@ struct SavedPair {
 SavedPair load_pair(const std::string& dir,
                     const torch::Device& device = torch::kCPU,
                     const PairSpec* expected = nullptr);
+
+// The saved pairs under `dir`: `dir` itself when it holds one, else every
+// subdirectory that does, in name order (empty when none does).
+std::vector<std::string> find_saved_pairs(const std::string& dir);
+
+// The spec of a saved pair's record: the saved spec merged at the saved
+// step. Its key names the measurement, so a results file holds it once.
+PairSpec saved_spec(const SavedPair& s);
+
+// The record of a saved pair as saved, without training it: its drift,
+// invariant drift and validation figures at the saved step (train losses
+// unknown: NaN), and the merge measured there (docs/protocol.md §9).
+PairResult measure_saved(SavedPair& s);
 
 }  // namespace twins

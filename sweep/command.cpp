@@ -1,0 +1,316 @@
+#include "sweep/command.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "sweep/estimate.h"
+#include "twins/device.h"
+#include "twins/io.h"
+#include "twins/snapshot.h"
+
+namespace sweep {
+
+namespace fs = std::filesystem;
+using twins::PairSpec;
+
+namespace {
+
+// A command resolved: its job list, the engine's options with the results
+// file, and the outcome's description of where everything goes. Nothing
+// has been read or written yet.
+struct Prepared {
+  std::vector<PairSpec> pairs;
+  EngineOptions engine;
+  CommandOutcome outcome;
+  GroupRunner runner;              // empty: train (twins::run_group)
+  std::vector<std::string> lines;  // said on the log before the run
+};
+
+std::string results_path(const CommandRequest& r, const std::string& stem) {
+  return !r.engine.results_path.empty()
+             ? r.engine.results_path
+             : twins::fresh_path("runs", stem, ".jsonl");
+}
+
+// The engine's own checks, then the task's (it reads the corpus once,
+// early): the memory estimate comes before a missing corpus.
+void check_pairs(const std::vector<PairSpec>& pairs, const EngineOptions& e) {
+  check_run(pairs, e);
+  twins::check_task(pairs.front());
+}
+
+// ---------------------------------------------------------------------------
+// Resolve: one function per kind
+
+// run, verdict, merge: the pairs of the plan.
+Prepared resolve_plan(const CommandRequest& r) {
+  Prepared p;
+  p.engine = r.engine;
+  PlanRequest plan = r.plan;
+  twins::configure_determinism();  // before any CUDA call
+  if (r.kind == CommandKind::kMerge && plan.merge_at.empty())
+    plan.merge_at = default_merge_steps(planned_steps(plan));
+  p.pairs = r.kind == CommandKind::kVerdict ? verdict_specs(plan)
+                                            : expand(plan);
+  twins::resolve_device(plan.device);
+  check_pairs(p.pairs, p.engine);
+  const char* prefix = r.kind == CommandKind::kVerdict ? "verdict-"
+                       : r.kind == CommandKind::kMerge ? "merge-"
+                                                       : "";
+  p.engine.results_path = results_path(r, prefix + plan.task);
+  if (r.kind == CommandKind::kMerge) {
+    Table job_list;
+    job_list.name = job_list.layout = "merge";
+    job_list.title = "Head merging";
+    job_list.pairs = p.pairs;
+    p.outcome.layout = job_list.layout;
+    p.outcome.expected = {job_list};
+    p.outcome.summary_stem = twins::path_stem(p.engine.results_path);
+  }
+  return p;
+}
+
+void check_overrides(const TableOverrides& o) {
+  if (!o.dtype.empty())
+    twins::parse_dtype(o.dtype);  // names the value
+}
+
+// The lines a table says before it runs: what, where, and how it differs
+// from the paper's configuration.
+std::vector<std::string> table_banner(const Table& table, size_t pairs,
+                                      const Shard* shard,
+                                      const EngineOptions& e) {
+  std::string what = fmt::format("{}: {} pairs", table.name, pairs);
+  if (shard) {
+    what += fmt::format(" (shard {}/{} of {})", shard->index, shard->count,
+                        table.pairs.size());
+  }
+  std::vector<std::string> lines = {fmt::format(
+      "{}, --jobs {}; results in {}", what, e.jobs, e.results_path)};
+  if (!table.deviations.empty()) {
+    lines.push_back(fmt::format("NOT the paper's configuration: {}",
+                                fmt::join(table.deviations, ", ")));
+  }
+  return lines;
+}
+
+Prepared resolve_table(const CommandRequest& r) {
+  TORCH_CHECK(!r.table.empty(), "table: name a table (",
+              fmt::format("{}", fmt::join(table_names(), ", ")),
+              "), or use --list or --aggregate FILE");
+  check_overrides(r.overrides);
+  const bool sharded = !r.shard.empty();
+  const Shard shard = sharded ? parse_shard(r.shard) : Shard{};
+  twins::configure_determinism();  // before any CUDA call
+  const Table table = make_table(r.table, r.overrides);
+  twins::resolve_device(table.pairs.front().device);
+  Prepared p;
+  p.engine = r.engine;
+  p.engine.table = table.name;
+  p.pairs = shard_of(table.pairs, shard, p.engine.share);
+  check_pairs(p.pairs, p.engine);
+  std::string name = config_name(table.name, r.overrides);
+  if (sharded)
+    name += fmt::format("-shard{}of{}", shard.index, shard.count);
+  p.engine.results_path = !r.engine.results_path.empty()
+                              ? r.engine.results_path
+                              : (fs::path("runs") / (name + ".jsonl")).string();
+  p.lines = table_banner(table, p.pairs.size(), sharded ? &shard : nullptr,
+                         p.engine);
+  // This job list's records are aggregated (the file may hold other pairs).
+  Table job_list = table;
+  job_list.pairs = p.pairs;
+  if (sharded) {
+    job_list.name =
+        fmt::format("{} shard {}/{}", table.name, shard.index, shard.count);
+    p.outcome.notes.push_back(fmt::format(
+        "Shard {}/{}: a part of {}; merge the shard files with `twin-run "
+        "table --aggregate <shard files>`.",
+        shard.index, shard.count, table.name));
+  }
+  p.outcome.layout = table.layout;
+  p.outcome.expected = {job_list};
+  p.outcome.summary_stem = twins::path_stem(p.engine.results_path);
+  return p;
+}
+
+// merge --models: every saved pair loaded and checked before anything is
+// written; the engine then measures them instead of training.
+Prepared resolve_saved(const CommandRequest& r) {
+  TORCH_CHECK(fs::is_directory(r.models), "--models: '", r.models,
+              "' is not a directory");
+  const std::vector<std::string> dirs = twins::find_saved_pairs(r.models);
+  TORCH_CHECK(!dirs.empty(), "--models: no saved pairs in '", r.models,
+              "' (each is a directory with ", twins::kSnapshotSpecFile, ", ",
+              twins::kSnapshotModelFiles[0], " and ",
+              twins::kSnapshotModelFiles[1], ", written by --save-models)");
+  twins::configure_determinism();  // before any CUDA call
+  const torch::Device device = twins::resolve_device(r.plan.device);
+  auto saved = std::make_shared<std::map<std::string, twins::SavedPair>>();
+  Prepared p;
+  for (const auto& d : dirs) {
+    twins::SavedPair s = twins::load_pair(d, device);
+    p.pairs.push_back(twins::saved_spec(s));
+    saved->emplace(p.pairs.back().key(), std::move(s));
+  }
+  p.engine = r.engine;
+  p.engine.quiet = true;  // nothing trains: no progress to show
+  p.engine.results_path = results_path(r, "merge-models");
+  p.runner = [saved](const std::vector<PairSpec>& group,
+                     const twins::GroupOptions& go) {
+    for (const auto& spec : group) {
+      twins::SavedPair& s = saved->at(spec.key());
+      go.pair_done(twins::measure_saved(s), s.step, s.m1, s.m2);
+    }
+  };
+  p.outcome.layout = "merge";
+  p.outcome.summary_stem = twins::path_stem(p.engine.results_path);
+  return p;
+}
+
+// table --aggregate: the records of the files, and the job lists they
+// belong to, one per table and configuration (steps / dtype / device),
+// each rebuilt so that missing pairs can be named and other
+// configurations' records left out.
+CommandOutcome resolve_aggregate(const CommandRequest& r) {
+  TORCH_CHECK(r.engine.results_path.empty(),
+              "--out names a results file to run into; with --aggregate the "
+              "tables go next to the first file");
+  CommandOutcome out;
+  out.kind = r.kind;
+  out.results_path = r.inputs.front();
+  out.run.records = read_records(r.inputs);
+  std::map<std::string, Table> tables;  // by configuration name
+  for (const auto& rec : out.run.records) {
+    const std::string t = !r.table.empty() ? r.table : rec.json.value("table", "");
+    if (t.empty())
+      continue;
+    const TableOverrides o = overrides_of(t, rec.result.spec);
+    const std::string config = config_name(t, o);
+    if (!tables.count(config))
+      tables.emplace(config, make_table(t, o));
+  }
+  std::vector<std::string> configs;
+  for (const auto& [config, t] : tables) {
+    const Table& first = tables.begin()->second;
+    TORCH_CHECK(t.layout == first.layout,
+                "the records belong to tables of different kinds (",
+                first.name, ", ", t.name, "); aggregate them separately");
+    out.expected.push_back(t);
+    configs.push_back(config);
+  }
+  if (tables.empty()) {
+    TORCH_CHECK(r.layout_of, "aggregate: no way to name the records' layout");
+    out.layout = r.layout_of(out.results());
+  } else {
+    out.layout = tables.begin()->second.layout;
+  }
+  // One file: its own name. Several: named after their configurations, so
+  // that merging the shards of another configuration writes elsewhere.
+  out.summary_stem = twins::path_stem(r.inputs.front());
+  if (r.inputs.size() > 1) {
+    const std::string what = !configs.empty()
+                                 ? fmt::format("{}", fmt::join(configs, "+"))
+                                 : out.layout;
+    out.summary_stem =
+        (fs::path(r.inputs.front()).parent_path() / (what + "-merged"))
+            .string();
+  }
+  return out;
+}
+
+Prepared resolve(const CommandRequest& r) {
+  switch (r.kind) {
+    case CommandKind::kTable:
+      return resolve_table(r);
+    case CommandKind::kMergeSaved:
+      return resolve_saved(r);
+    default:
+      return resolve_plan(r);
+  }
+}
+
+}  // namespace
+
+std::vector<twins::PairResult> CommandOutcome::results() const {
+  std::vector<twins::PairResult> out;
+  for (const auto& r : run.records)
+    out.push_back(r.result);
+  return out;
+}
+
+int default_threads(CommandKind kind) {
+  return kind == CommandKind::kTable ? 1 : 2;
+}
+
+CommandOutcome run_command(const CommandRequest& request) {
+  if (request.kind == CommandKind::kAggregate)
+    return resolve_aggregate(request);
+  Prepared p = resolve(request);
+  if (!p.engine.quiet) {
+    for (const auto& line : p.lines)
+      fmt::print(p.engine.log, "{}\n", line);
+  }
+  CommandOutcome out = std::move(p.outcome);
+  out.kind = request.kind;
+  out.results_path = p.engine.results_path;
+  out.run = run_sweep(p.pairs, p.engine, p.runner);
+  return out;
+}
+
+std::string outcome_line(const CommandOutcome& o) {
+  switch (o.kind) {
+    case CommandKind::kAggregate:
+      return "";
+    case CommandKind::kMergeSaved:
+      return fmt::format("{} saved pair(s) measured; records in {}\n",
+                         o.run.records.size(), o.results_path);
+    default:
+      return fmt::format(
+          "{} pair(s): {} run now ({} group(s), {} models trained) in "
+          "{:.1f} s, {} already recorded; records in {}\n",
+          o.run.records.size(), o.run.ran, o.run.groups, o.run.models,
+          o.run.wall_s, o.run.already, o.results_path);
+  }
+}
+
+std::string table_list(const TableOverrides& overrides, bool share) {
+  check_overrides(overrides);
+  const int cores =
+      std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  std::string out =
+      fmt::format("{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}\n", "table",
+                  "pairs", "models", "steps", "dtype", "est. --jobs 1",
+                  fmt::format("est. --jobs {}", cores));
+  for (const auto& name : table_names()) {
+    const Table t = make_table(name, overrides);
+    // Each group trains its copy 1 once: the cost is in distinct models.
+    double total = 0, longest = 0;
+    size_t models = 0;
+    for (const auto& g : group_pairs(t.pairs, share)) {
+      const int k = static_cast<int>(g.size()) + 1;
+      const double s = estimate_seconds(g.front(), k);
+      total += s;
+      longest = std::max(longest, s);
+      models += k;
+    }
+    const PairSpec& p = t.pairs.front();
+    out += fmt::format("{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}\n", name,
+                       t.pairs.size(), models, p.steps,
+                       twins::dtype_name(p.dtype), format_duration(total),
+                       format_duration(std::max(total / cores, longest)));
+  }
+  return out + fmt::format(
+                   "Estimates: the models' matrix-multiply FLOPs at this "
+                   "machine's measured one-thread rate (docs/performance.md), "
+                   "+-50 %; models counts each copy 1 once per group of pairs "
+                   "that share it{}; other load on the machine slows them.\n",
+                   share ? "" : " (here: once per pair, --no-share)");
+}
+
+}  // namespace sweep
