@@ -63,30 +63,27 @@ torch::Tensor Adafactor::step(LossClosure closure) {
       closure, [](const AdafactorOptions& o) { check_options(o); },
       [&](const torch::Tensor& p, AdafactorOptions& o) {
         const bool factored = p.dim() >= 2;
-        auto& state = state_for<AdafactorParamState>(p, [&] {
-          auto s = std::make_unique<AdafactorParamState>();
+        ParamState& s = state_for(p, [&](ParamState& fresh) {
           if (factored) {
             std::vector<int64_t> row_shape = p.sizes().vec();  // (..., r, c)
             std::vector<int64_t> col_shape = row_shape;
             row_shape.erase(row_shape.end() - 1);  // (..., r)
             col_shape.erase(col_shape.end() - 2);  // (..., c)
-            s->exp_avg_sq_row(torch::zeros(row_shape, p.options()));
-            s->exp_avg_sq_col(torch::zeros(col_shape, p.options()));
+            fresh.set("exp_avg_sq_row", torch::zeros(row_shape, p.options()));
+            fresh.set("exp_avg_sq_col", torch::zeros(col_shape, p.options()));
           } else {
-            s->exp_avg_sq(
-                torch::zeros_like(p, torch::MemoryFormat::Preserve));
+            fresh.set("exp_avg_sq",
+                      torch::zeros_like(p, torch::MemoryFormat::Preserve));
           }
-          return s;
         });
-        state.step(state.step() + 1);
+        s.step += 1;
         if (factored) {
-          adafactor_factored_update_(
-              p, p.grad(), state.exp_avg_sq_row(), state.exp_avg_sq_col(),
-              state.step(), o.lr(), o.beta2(), o.eps());
+          adafactor_factored_update_(p, p.grad(), s.at("exp_avg_sq_row"),
+                                     s.at("exp_avg_sq_col"), s.step, o.lr(),
+                                     o.beta2(), o.eps());
         } else {
-          adafactor_unfactored_update_(p, p.grad(), state.exp_avg_sq(),
-                                       state.step(), o.lr(), o.beta2(),
-                                       o.eps());
+          adafactor_unfactored_update_(p, p.grad(), s.at("exp_avg_sq"), s.step,
+                                       o.lr(), o.beta2(), o.eps());
         }
       });
 }

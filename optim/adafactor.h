@@ -43,14 +43,8 @@ struct AdafactorOptions
   void set_lr(const double lr) override { this->lr(lr); }
 };
 
-struct AdafactorParamState
-    : public torch::optim::OptimizerCloneableParamState<AdafactorParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, exp_avg_sq_row);  // (..., rows), dim >= 2
-  TORCH_ARG(torch::Tensor, exp_avg_sq_col);  // (..., cols), dim >= 2
-  TORCH_ARG(torch::Tensor, exp_avg_sq);      // shape of p, dim < 2
-};
-
+// Buffers per parameter: "exp_avg_sq_row" (..., rows) and "exp_avg_sq_col"
+// (..., cols) for dim >= 2, "exp_avg_sq" (shape of p) for dim < 2.
 class Adafactor : public StatefulOptimizer {
  public:
   explicit Adafactor(std::vector<torch::optim::OptimizerParamGroup> groups,

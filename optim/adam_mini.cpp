@@ -21,10 +21,10 @@ void adam_mini_update_(const torch::Tensor& p, const torch::Tensor& grad,
   exp_avg_sq.mul_(beta2).add_(g.square().mean(1, /*keepdim=*/true), 1 - beta2);
   const double bias_correction1 = 1 - std::pow(beta1, step);
   const double bias_correction2 = 1 - std::pow(beta2, step);
-  const torch::Tensor denom =
-      (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(eps);
   p.view({blocks, -1})
-      .addcdiv_(exp_avg.view({blocks, -1}), denom, -lr / bias_correction1);
+      .addcdiv_(exp_avg.view({blocks, -1}),
+                adam_denominator(exp_avg_sq, bias_correction2, eps),
+                -lr / bias_correction1);
 }
 
 AdamMini::AdamMini(std::vector<torch::Tensor> params,
@@ -58,16 +58,14 @@ torch::Tensor AdamMini::step(LossClosure closure) {
       [&](const torch::Tensor& p, AdamMiniOptions& o) {
         TORCH_CHECK(p.is_contiguous(), "AdamMini: parameter of shape ",
                     p.sizes(), " is not contiguous");
-        auto& state = state_for<AdamMiniParamState>(p, [&] {
-          auto s = std::make_unique<AdamMiniParamState>();
+        ParamState& s = state_for(p, [&](ParamState& fresh) {
           const int64_t b = blocks(p);
-          s->exp_avg(torch::zeros({b, p.numel() / b}, p.options()));
-          s->exp_avg_sq(torch::zeros({b, 1}, p.options()));
-          return s;
+          fresh.set("exp_avg", torch::zeros({b, p.numel() / b}, p.options()));
+          fresh.set("exp_avg_sq", torch::zeros({b, 1}, p.options()));
         });
-        state.step(state.step() + 1);
-        adam_mini_update_(p, p.grad(), state.exp_avg(), state.exp_avg_sq(),
-                          state.step(), o.lr(), std::get<0>(o.betas()),
+        s.step += 1;
+        adam_mini_update_(p, p.grad(), s.at("exp_avg"), s.at("exp_avg_sq"),
+                          s.step, o.lr(), std::get<0>(o.betas()),
                           std::get<1>(o.betas()), o.eps());
       });
 }

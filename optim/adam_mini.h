@@ -44,13 +44,8 @@ struct AdamMiniOptions
   Hparams hparams() const;
 };
 
-struct AdamMiniParamState
-    : public torch::optim::OptimizerCloneableParamState<AdamMiniParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, exp_avg);     // m, (blocks, entries per block)
-  TORCH_ARG(torch::Tensor, exp_avg_sq);  // v, (blocks, 1)
-};
-
+// Buffers per parameter: "exp_avg" (m, blocks x entries per block),
+// "exp_avg_sq" (v, blocks x 1).
 class AdamMini : public StatefulOptimizer {
  public:
   // params: every parameter; qk: those of them that are W_Q / W_K, each 2-D

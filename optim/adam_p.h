@@ -9,65 +9,47 @@
 // s + eps up to the O(eps) extra eps that Algorithm 1 puts outside the
 // product for p < 1. The pooled s is gauge-invariant, so p = 0 is
 // equivariant and every p > 0 reads the basis (paper §7).
+//
+// p, eps, lr and betas are all read per group; s pools every parameter of
+// every group, whatever its group's p.
 #pragma once
 
-#include <tuple>
 #include <vector>
 
 #include "optim/base.h"
 
 namespace optim {
 
-struct AdamPOptions
-    : public torch::optim::OptimizerCloneableOptions<AdamPOptions> {
-  AdamPOptions(double lr = 1e-3) : lr_(lr) {}
-  using betas_t = std::tuple<double, double>;
-  TORCH_ARG(double, lr) = 1e-3;
+struct AdamPOptions : public PooledAdamOptions<AdamPOptions> {
+  AdamPOptions(double lr = 1e-3) : PooledAdamOptions(lr) {}
   TORCH_ARG(double, p) = 0.5;  // dial: 1 = Adam, 0 = scalar-Adam
-  TORCH_ARG(betas_t, betas) = std::make_tuple(0.9, 0.999);
-  TORCH_ARG(double, eps) = 1e-8;
 
  public:
-  // Every hyperparameter but the step size, for the result record.
-  Hparams hparams() const {
-    return {{"p", p()},
-            {"beta1", std::get<0>(betas())},
-            {"beta2", std::get<1>(betas())},
-            {"eps", eps()}};
-  }
-
- public:
-  double get_lr() const override { return lr(); }
-  void set_lr(const double lr) override { this->lr(lr); }
+  Hparams rule_hparams() const { return {{"p", p()}}; }
+  void check() const;
 };
 
-struct AdamPParamState
-    : public torch::optim::OptimizerCloneableParamState<AdamPParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, exp_avg);
-  TORCH_ARG(torch::Tensor, exp_avg_sq);
-};
-
-class AdamP : public StatefulOptimizer {
+// Buffers per parameter: "exp_avg" (m), "exp_avg_sq" (v).
+class AdamP : public PooledAdam<AdamPOptions> {
  public:
   explicit AdamP(std::vector<torch::optim::OptimizerParamGroup> groups,
-                 AdamPOptions defaults = {});
+                 AdamPOptions defaults = {})
+      : PooledAdam(std::move(groups), defaults) {}
   explicit AdamP(std::vector<torch::Tensor> params, AdamPOptions defaults = {})
       : AdamP({torch::optim::OptimizerParamGroup(std::move(params))},
               defaults) {}
 
-  // p and eps are model-wide (the pooled scalar spans every group): the
-  // first group's values are used. The pooled scalar stays a tensor: no
-  // host synchronisation.
-  torch::Tensor step(LossClosure closure = nullptr) override;
+ private:
+  torch::Tensor denominator(const torch::Tensor& exp_avg_sq,
+                            double bias_correction2, const torch::Tensor& rms,
+                            const AdamPOptions& o) const override;
 };
 
 // Throws "Invalid Adam-p exponent: x (must be in [0, 1])" unless 0 <= p <= 1.
 void check_adam_p_exponent(double p);
 
 // The p < 1 denominator (sqrt(v / bias_correction2) + eps)^p *
-// pooled^(1 - p) + eps, with pooled = s + eps (a 0-dim tensor, see
-// pooled_denominator in scalar_adam.h).
+// pooled^(1 - p) + eps, with pooled = s + eps (a 0-dim tensor).
 torch::Tensor adam_p_denominator(const torch::Tensor& exp_avg_sq,
                                  double bias_correction2,
                                  const torch::Tensor& pooled, double p,

@@ -6,37 +6,18 @@
 
 namespace optim {
 
-namespace {
-
-void check_adamuon_options(const AdaMuonOptions& o) {
-  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
-  TORCH_CHECK(0 <= o.momentum() && o.momentum() < 1.0,
-              "Invalid momentum value: ", o.momentum());
-  TORCH_CHECK(o.eps() >= 0, "Invalid epsilon value: ", o.eps());
-  TORCH_CHECK(o.rms() > 0, "Invalid rms value: ", o.rms());
-  TORCH_CHECK(o.ns_steps() >= 1, "Invalid Newton-Schulz steps: ", o.ns_steps());
-  check_adam_options(o.adam_lr(), o.adam_betas(), o.adam_eps());
+Hparams AdaMuonOptions::rule_hparams() const {
+  return {{"momentum", momentum()}, {"nesterov", double(nesterov())},
+          {"sign", double(sign())}, {"ns_steps", double(ns_steps())},
+          {"eps", eps()},           {"rms", rms()}};
 }
 
-AdaMuonOptions with_use_adamuon(AdaMuonOptions o, bool on) {
-  o.use_adamuon(on);
-  return o;
-}
-
-}  // namespace
-
-Hparams AdaMuonOptions::hparams() const {
-  return {{"momentum", momentum()},
-          {"nesterov", double(nesterov())},
-          {"sign", double(sign())},
-          {"ns_steps", double(ns_steps())},
-          {"eps", eps()},
-          {"rms", rms()},
-          {"adam_lr", adam_lr()},
-          {"adam_beta1", std::get<0>(adam_betas())},
-          {"adam_beta2", std::get<1>(adam_betas())},
-          {"adam_eps", adam_eps()},
-          {"weight_decay", 0.0}};
+void AdaMuonOptions::check() const {
+  TORCH_CHECK(0 <= momentum() && momentum() < 1.0,
+              "Invalid momentum value: ", momentum());
+  TORCH_CHECK(eps() >= 0, "Invalid epsilon value: ", eps());
+  TORCH_CHECK(rms() > 0, "Invalid rms value: ", rms());
+  check_newton_schulz_steps(ns_steps());
 }
 
 torch::Tensor adamuon_direction(const torch::Tensor& grad,
@@ -68,37 +49,19 @@ AdaMuonOptions resolved(AdaMuonOptions o) {
 
 AdaMuon::AdaMuon(std::vector<torch::Tensor> matrices,
                  std::vector<torch::Tensor> others, AdaMuonOptions defaults)
-    : StatefulOptimizer(
-          hybrid_groups("AdaMuon", std::move(matrices), std::move(others),
-                        resolved(defaults), with_use_adamuon),
-          std::make_unique<AdaMuonOptions>(resolved(defaults))) {
-  check_adamuon_options(resolved(defaults));
+    : HybridOptimizer("AdaMuon", std::move(matrices), std::move(others),
+                      resolved(defaults)) {}
+
+void AdaMuon::start(const torch::Tensor& p, ParamState& s,
+                    const AdaMuonOptions&) const {
+  s.set("momentum_buffer", torch::zeros_like(p));
+  s.set("v_buffer", torch::zeros_like(p));
 }
 
-torch::Tensor AdaMuon::step(LossClosure closure) {
-  return step_each<AdaMuonOptions>(
-      closure, [](const AdaMuonOptions& o) { check_adamuon_options(o); },
-      [&](const torch::Tensor& p, AdaMuonOptions& o) {
-        const torch::Tensor& grad = p.grad();
-        auto& state = state_for<AdaMuonParamState>(p, [&] {
-          auto s = std::make_unique<AdaMuonParamState>();
-          if (o.use_adamuon()) {
-            s->momentum_buffer(torch::zeros_like(p));
-            s->v_buffer(torch::zeros_like(p));
-          } else {
-            start_adam_moments(*s, p);
-          }
-          return s;
-        });
-        state.step(state.step() + 1);
-        if (o.use_adamuon()) {
-          p.add_(adamuon_direction(grad, state.momentum_buffer(),
-                                   state.v_buffer(), o),
-                 -o.lr());
-        } else {
-          hybrid_adam_update_(p, grad, state, o);
-        }
-      });
+void AdaMuon::update(const torch::Tensor& p, const torch::Tensor& grad,
+                     ParamState& s, const AdaMuonOptions& o) {
+  p.add_(adamuon_direction(grad, s.at("momentum_buffer"), s.at("v_buffer"), o),
+         -o.lr());
 }
 
 }  // namespace optim

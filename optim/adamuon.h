@@ -21,62 +21,41 @@
 // basis that the gauge rotates: basis-dependent from the first step.
 #pragma once
 
-#include <string>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #include "optim/base.h"
 
 namespace optim {
 
-struct AdaMuonOptions
-    : public torch::optim::OptimizerCloneableOptions<AdaMuonOptions> {
-  AdaMuonOptions(double lr = 0.02) : lr_(lr) {}
-  using betas_t = std::tuple<double, double>;
-  TORCH_ARG(double, lr) = 0.02;        // step size of the matrix update
+struct AdaMuonOptions : public HybridOptions<AdaMuonOptions> {
+  // Adam on the rest: betas (0.9, 0.95), eps 1e-8, and adam_lr 0, meaning
+  // lr, as the reference, which has one learning rate for both.
+  AdaMuonOptions(double lr = 0.02)
+      : HybridOptions(lr, AuxAdam{0, {0.9, 0.95}, 1e-8}) {}
   TORCH_ARG(double, momentum) = 0.95;  // EMA of g, and of O^2
   TORCH_ARG(bool, nesterov) = true;
-  TORCH_ARG(bool, sign) = true;         // NS5 of sign(u) (the reference's)
-  TORCH_ARG(int64_t, ns_steps) = 5;     // Newton-Schulz iterations
-  TORCH_ARG(double, eps) = 1e-8;        // in both divisions
-  TORCH_ARG(double, rms) = 0.2;         // RMS of the matrix update / lr
-  TORCH_ARG(bool, use_adamuon) = true;  // false: Adam with the fields below
-  // Adam on non-matrix parameters; 0: lr, as the reference, which has one
-  // learning rate for both.
-  TORCH_ARG(double, adam_lr) = 0;
-  TORCH_ARG(betas_t, adam_betas) = std::make_tuple(0.9, 0.95);
-  TORCH_ARG(double, adam_eps) = 1e-8;
+  TORCH_ARG(bool, sign) = true;      // NS5 of sign(u) (the reference's)
+  TORCH_ARG(int64_t, ns_steps) = 5;  // Newton-Schulz iterations
+  TORCH_ARG(double, eps) = 1e-8;     // in both divisions
+  TORCH_ARG(double, rms) = 0.2;      // RMS of the matrix update / lr
 
  public:
-  double get_lr() const override { return use_adamuon() ? lr() : adam_lr(); }
-  void set_lr(const double lr) override {
-    if (use_adamuon()) {
-      this->lr(lr);
-    } else {
-      adam_lr(lr);
-    }
-  }
-  // Every hyperparameter as a name/value pair (booleans as 0 / 1).
-  Hparams hparams() const;
+  Hparams rule_hparams() const;
+  void check() const;
 };
 
-struct AdaMuonParamState
-    : public torch::optim::OptimizerCloneableParamState<AdaMuonParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, momentum_buffer);  // AdaMuon groups: b
-  TORCH_ARG(torch::Tensor, v_buffer);         // AdaMuon groups: v of O
-  TORCH_ARG(torch::Tensor, exp_avg);          // Adam groups
-  TORCH_ARG(torch::Tensor, exp_avg_sq);       // Adam groups
-};
-
-class AdaMuon : public StatefulOptimizer {
+// Buffers per matrix: "momentum_buffer" (b), "v_buffer" (v of O).
+class AdaMuon : public HybridOptimizer<AdaMuonOptions> {
  public:
   // matrices: 2-D parameters for the AdaMuon rule; others: Adam at adam_lr.
   AdaMuon(std::vector<torch::Tensor> matrices,
           std::vector<torch::Tensor> others, AdaMuonOptions defaults = {});
 
-  torch::Tensor step(LossClosure closure = nullptr) override;
+ private:
+  void start(const torch::Tensor& p, ParamState& s,
+             const AdaMuonOptions& o) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
+              const AdaMuonOptions& o) override;
 };
 
 // The matrix direction (before lr) in place on the momentum and v.

@@ -57,13 +57,11 @@ torch::Tensor CautiousSgd::step(LossClosure closure) {
       closure, [](const CautiousSgdOptions& o) { check_sgd_options(o); },
       [&](const torch::Tensor& p, CautiousSgdOptions& o) {
         const torch::Tensor& grad = p.grad();
-        auto& state = state_for<CautiousParamState>(p, [&] {
-          auto s = std::make_unique<CautiousParamState>();
-          s->exp_avg(torch::zeros_like(p));
-          return s;
+        ParamState& s = state_for(p, [&](ParamState& fresh) {
+          fresh.set("exp_avg", torch::zeros_like(p));
         });
-        state.step(state.step() + 1);
-        const torch::Tensor& b = state.exp_avg().mul_(o.momentum()).add_(grad);
+        s.step += 1;
+        const torch::Tensor& b = s.at("exp_avg").mul_(o.momentum()).add_(grad);
         p.add_(b * cautious_mask(b, grad, o.mask_floor()), -o.lr());
       });
 }
@@ -80,21 +78,19 @@ torch::Tensor CautiousAdam::step(LossClosure closure) {
       closure, [](const CautiousAdamOptions& o) { check_adam(o); },
       [&](const torch::Tensor& p, CautiousAdamOptions& o) {
         const torch::Tensor& grad = p.grad();
-        auto& state = state_for<CautiousParamState>(p, [&] {
-          auto s = std::make_unique<CautiousParamState>();
-          s->exp_avg(torch::zeros_like(p));
-          s->exp_avg_sq(torch::zeros_like(p));
-          return s;
+        ParamState& s = state_for(p, [&](ParamState& fresh) {
+          fresh.set("exp_avg", torch::zeros_like(p));
+          fresh.set("exp_avg_sq", torch::zeros_like(p));
         });
-        state.step(state.step() + 1);
+        s.step += 1;
         const auto [beta1, beta2] = o.betas();
-        const torch::Tensor& m = state.exp_avg().lerp_(grad, 1 - beta1);
+        const torch::Tensor& m = s.at("exp_avg").lerp_(grad, 1 - beta1);
         const torch::Tensor& v =
-            state.exp_avg_sq().mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-        const double bias_correction1 = 1 - std::pow(beta1, state.step());
-        const double bias_correction2 = 1 - std::pow(beta2, state.step());
+            s.at("exp_avg_sq").mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+        const double bias_correction1 = 1 - std::pow(beta1, s.step);
+        const double bias_correction2 = 1 - std::pow(beta2, s.step);
         const torch::Tensor denom =
-            (v.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
+            adam_denominator(v, bias_correction2, o.eps());
         p.addcdiv_(m * cautious_mask(m, grad, o.mask_floor()), denom,
                    -o.lr() / bias_correction1);
       });

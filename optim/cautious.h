@@ -65,13 +65,7 @@ struct CautiousAdamOptions
   Hparams hparams() const;
 };
 
-struct CautiousParamState
-    : public torch::optim::OptimizerCloneableParamState<CautiousParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, exp_avg);     // sgd: b; adam: m
-  TORCH_ARG(torch::Tensor, exp_avg_sq);  // adam: v
-};
-
+// Buffer per parameter: "exp_avg" (b).
 class CautiousSgd : public StatefulOptimizer {
  public:
   explicit CautiousSgd(std::vector<torch::Tensor> params,
@@ -79,6 +73,7 @@ class CautiousSgd : public StatefulOptimizer {
   torch::Tensor step(LossClosure closure = nullptr) override;
 };
 
+// Buffers per parameter: "exp_avg" (m), "exp_avg_sq" (v).
 class CautiousAdam : public StatefulOptimizer {
  public:
   explicit CautiousAdam(std::vector<torch::Tensor> params,

@@ -33,13 +33,12 @@ torch::Tensor Lion::step(LossClosure closure) {
       closure, [](const LionOptions& o) { check_options(o); },
       [&](const torch::Tensor& p, LionOptions& o) {
         const auto [beta1, beta2] = o.betas();
-        auto& state = state_for<LionParamState>(p, [&] {
-          auto s = std::make_unique<LionParamState>();
-          s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-          return s;
+        ParamState& s = state_for(p, [&](ParamState& fresh) {
+          fresh.set("exp_avg",
+                    torch::zeros_like(p, torch::MemoryFormat::Preserve));
         });
-        state.step(state.step() + 1);
-        lion_update_(p, p.grad(), state.exp_avg(), o.lr(), beta1, beta2);
+        s.step += 1;
+        lion_update_(p, p.grad(), s.at("exp_avg"), o.lr(), beta1, beta2);
       });
 }
 

@@ -32,12 +32,7 @@ struct LionOptions
   void set_lr(const double lr) override { this->lr(lr); }
 };
 
-struct LionParamState
-    : public torch::optim::OptimizerCloneableParamState<LionParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, exp_avg);  // m
-};
-
+// Buffer per parameter: "exp_avg" (m).
 class Lion : public StatefulOptimizer {
  public:
   explicit Lion(std::vector<torch::optim::OptimizerParamGroup> groups,

@@ -3,28 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "optim/newton_schulz.h"
+
 namespace optim {
 
-namespace {
-
-void check_muon_torch_options(const MuonTorchOptions& o) {
-  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
-  TORCH_CHECK(0 <= o.momentum() && o.momentum() < 1.0,
-              "Invalid momentum value: ", o.momentum());
-  TORCH_CHECK(o.eps() > 0, "Invalid epsilon value: ", o.eps());
-  TORCH_CHECK(o.ns_steps() >= 1 && o.ns_steps() < 100,
-              "Invalid Newton-Schulz steps: ", o.ns_steps());
-  check_adam_options(o.adam_lr(), o.adam_betas(), o.adam_eps());
-}
-
-MuonTorchOptions with_use_muon(MuonTorchOptions o, bool on) {
-  o.use_muon(on);
-  return o;
-}
-
-}  // namespace
-
-Hparams MuonTorchOptions::hparams() const {
+Hparams MuonTorchOptions::rule_hparams() const {
   return {{"momentum", momentum()},
           {"nesterov", double(nesterov())},
           {"ns_a", ns_a()},
@@ -32,18 +15,21 @@ Hparams MuonTorchOptions::hparams() const {
           {"ns_c", ns_c()},
           {"eps", eps()},
           {"ns_steps", double(ns_steps())},
-          {"shape_scale", double(shape_scale())},
-          {"adam_lr", adam_lr()},
-          {"adam_beta1", std::get<0>(adam_betas())},
-          {"adam_beta2", std::get<1>(adam_betas())},
-          {"adam_eps", adam_eps()},
-          {"weight_decay", 0.0}};
+          {"shape_scale", double(shape_scale())}};
+}
+
+void MuonTorchOptions::check() const {
+  TORCH_CHECK(0 <= momentum() && momentum() < 1.0,
+              "Invalid momentum value: ", momentum());
+  TORCH_CHECK(eps() > 0, "Invalid epsilon value: ", eps());
+  check_newton_schulz_steps(ns_steps());
 }
 
 torch::Tensor newton_schulz_torch(const torch::Tensor& G, double a, double b,
                                   double c, int64_t steps, double eps) {
   TORCH_CHECK(G.dim() == 2, "newton_schulz_torch needs a matrix, got shape ",
               G.sizes());
+  check_newton_schulz_steps(steps);
   const bool tall = G.size(0) > G.size(1);
   torch::Tensor X = tall ? G.t() : G;
   X = X / X.norm().clamp_min(eps);
@@ -71,35 +57,17 @@ torch::Tensor muon_torch_direction(const torch::Tensor& grad,
 MuonTorch::MuonTorch(std::vector<torch::Tensor> matrices,
                      std::vector<torch::Tensor> others,
                      MuonTorchOptions defaults)
-    : StatefulOptimizer(
-          hybrid_groups("MuonTorch", std::move(matrices), std::move(others),
-                        defaults, with_use_muon),
-          std::make_unique<MuonTorchOptions>(defaults)) {
-  check_muon_torch_options(defaults);
+    : HybridOptimizer("MuonTorch", std::move(matrices), std::move(others),
+                      defaults) {}
+
+void MuonTorch::start(const torch::Tensor& p, ParamState& s,
+                      const MuonTorchOptions&) const {
+  s.set("momentum_buffer", torch::zeros_like(p));
 }
 
-torch::Tensor MuonTorch::step(LossClosure closure) {
-  return step_each<MuonTorchOptions>(
-      closure, [](const MuonTorchOptions& o) { check_muon_torch_options(o); },
-      [&](const torch::Tensor& p, MuonTorchOptions& o) {
-        const torch::Tensor& grad = p.grad();
-        auto& state = state_for<MuonTorchParamState>(p, [&] {
-          auto s = std::make_unique<MuonTorchParamState>();
-          if (o.use_muon()) {
-            s->momentum_buffer(torch::zeros_like(p));
-          } else {
-            start_adam_moments(*s, p);
-          }
-          return s;
-        });
-        state.step(state.step() + 1);
-        if (o.use_muon()) {
-          p.add_(muon_torch_direction(grad, state.momentum_buffer(), o),
-                 -o.lr());
-        } else {
-          hybrid_adam_update_(p, grad, state, o);
-        }
-      });
+void MuonTorch::update(const torch::Tensor& p, const torch::Tensor& grad,
+                       ParamState& s, const MuonTorchOptions& o) {
+  p.add_(muon_torch_direction(grad, s.at("momentum_buffer"), o), -o.lr());
 }
 
 }  // namespace optim

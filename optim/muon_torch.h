@@ -19,20 +19,15 @@
 // equivariant.
 #pragma once
 
-#include <string>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #include "optim/base.h"
 
 namespace optim {
 
-struct MuonTorchOptions
-    : public torch::optim::OptimizerCloneableOptions<MuonTorchOptions> {
-  MuonTorchOptions(double lr = 1e-3) : lr_(lr) {}
-  using betas_t = std::tuple<double, double>;
-  TORCH_ARG(double, lr) = 1e-3;        // step size of the matrix update
+struct MuonTorchOptions : public HybridOptions<MuonTorchOptions> {
+  // Adam at 1e-3, betas (0.9, 0.999), eps 1e-8 on the rest.
+  MuonTorchOptions(double lr = 1e-3) : HybridOptions(lr, AuxAdam{}) {}
   TORCH_ARG(double, momentum) = 0.95;  // EMA of g (lerp)
   TORCH_ARG(bool, nesterov) = true;
   TORCH_ARG(double, ns_a) = 3.4445;  // Newton-Schulz coefficients
@@ -41,39 +36,24 @@ struct MuonTorchOptions
   TORCH_ARG(double, eps) = 1e-7;  // floor of ||u||_F
   TORCH_ARG(int64_t, ns_steps) = 5;
   TORCH_ARG(bool, shape_scale) = true;  // sqrt(max(1, rows / cols))
-  TORCH_ARG(bool, use_muon) = true;     // false: Adam with the fields below
-  TORCH_ARG(double, adam_lr) = 1e-3;    // Adam on non-matrix parameters
-  TORCH_ARG(betas_t, adam_betas) = std::make_tuple(0.9, 0.999);
-  TORCH_ARG(double, adam_eps) = 1e-8;
 
  public:
-  double get_lr() const override { return use_muon() ? lr() : adam_lr(); }
-  void set_lr(const double lr) override {
-    if (use_muon()) {
-      this->lr(lr);
-    } else {
-      adam_lr(lr);
-    }
-  }
-  // Every hyperparameter as a name/value pair (booleans as 0 / 1).
-  Hparams hparams() const;
+  Hparams rule_hparams() const;
+  void check() const;
 };
 
-struct MuonTorchParamState
-    : public torch::optim::OptimizerCloneableParamState<MuonTorchParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, momentum_buffer);  // Muon groups
-  TORCH_ARG(torch::Tensor, exp_avg);          // Adam groups
-  TORCH_ARG(torch::Tensor, exp_avg_sq);       // Adam groups
-};
-
-class MuonTorch : public StatefulOptimizer {
+// Buffer "momentum_buffer" (b) per matrix.
+class MuonTorch : public HybridOptimizer<MuonTorchOptions> {
  public:
   // matrices: 2-D parameters for the Muon rule; others: Adam at adam_lr.
   MuonTorch(std::vector<torch::Tensor> matrices,
             std::vector<torch::Tensor> others, MuonTorchOptions defaults = {});
 
-  torch::Tensor step(LossClosure closure = nullptr) override;
+ private:
+  void start(const torch::Tensor& p, ParamState& s,
+             const MuonTorchOptions& o) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
+              const MuonTorchOptions& o) override;
 };
 
 // PyTorch's _zeropower_via_newtonschulz in G's dtype: G / max(||G||_F, eps),

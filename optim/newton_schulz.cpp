@@ -2,10 +2,16 @@
 
 namespace optim {
 
+void check_newton_schulz_steps(int64_t steps) {
+  TORCH_CHECK(steps >= kMinNewtonSchulzSteps && steps <= kMaxNewtonSchulzSteps,
+              "Invalid Newton-Schulz steps: ", steps, " (must be in [",
+              kMinNewtonSchulzSteps, ", ", kMaxNewtonSchulzSteps, "])");
+}
+
 torch::Tensor newton_schulz5(const torch::Tensor& G, int64_t steps) {
   TORCH_CHECK(G.dim() == 2, "newton_schulz5 needs a matrix, got shape ",
               G.sizes());
-  TORCH_CHECK(steps >= 0, "Invalid Newton-Schulz steps: ", steps);
+  check_newton_schulz_steps(steps);
   torch::Tensor X = G / (G.norm() + kNewtonSchulzEps);
   const bool tall = G.size(0) > G.size(1);
   if (tall)

@@ -17,6 +17,16 @@ constexpr double kNewtonSchulzC = 2.0315;
 // Added to ||G||_F before the first division (a zero gradient stays zero).
 constexpr double kNewtonSchulzEps = 1e-7;
 
+// How many iterations a rule may run: at least one (zero would return the
+// normalised gradient, not an orthogonalisation), and below 100, the bound
+// PyTorch's Muon sets for cost.
+constexpr int64_t kMinNewtonSchulzSteps = 1;
+constexpr int64_t kMaxNewtonSchulzSteps = 99;
+
+// Throws "Invalid Newton-Schulz steps: 0 (must be in [1, 99])" for a count
+// outside that range: the one bound every rule and both iterations use.
+void check_newton_schulz_steps(int64_t steps);
+
 // G: a 2-D tensor. Returns approximately U V^T of G's SVD (singular values
 // pushed into roughly [0.7, 1.2]); equivariant: NS(G Q) = NS(G) Q and
 // NS(Q G) = Q NS(G) for orthogonal Q.

@@ -7,38 +7,21 @@
 
 namespace optim {
 
-namespace {
-
-void check_normuon_options(const NorMuonOptions& o) {
-  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
-  TORCH_CHECK(0 <= o.momentum() && o.momentum() < 1.0,
-              "Invalid momentum value: ", o.momentum());
-  TORCH_CHECK(0 <= o.beta2() && o.beta2() < 1.0,
-              "Invalid beta2 value: ", o.beta2());
-  TORCH_CHECK(o.eps() >= 0, "Invalid epsilon value: ", o.eps());
-  TORCH_CHECK(o.ns_steps() >= 1, "Invalid Newton-Schulz steps: ", o.ns_steps());
-  check_adam_options(o.adam_lr(), o.adam_betas(), o.adam_eps());
-}
-
-NorMuonOptions with_use_normuon(NorMuonOptions o, bool on) {
-  o.use_normuon(on);
-  return o;
-}
-
-}  // namespace
-
-Hparams NorMuonOptions::hparams() const {
+Hparams NorMuonOptions::rule_hparams() const {
   return {{"momentum", momentum()},
           {"nesterov", double(nesterov())},
           {"beta2", beta2()},
           {"eps", eps()},
           {"ns_steps", double(ns_steps())},
-          {"shape_scale", double(shape_scale())},
-          {"adam_lr", adam_lr()},
-          {"adam_beta1", std::get<0>(adam_betas())},
-          {"adam_beta2", std::get<1>(adam_betas())},
-          {"adam_eps", adam_eps()},
-          {"weight_decay", 0.0}};
+          {"shape_scale", double(shape_scale())}};
+}
+
+void NorMuonOptions::check() const {
+  TORCH_CHECK(0 <= momentum() && momentum() < 1.0,
+              "Invalid momentum value: ", momentum());
+  TORCH_CHECK(0 <= beta2() && beta2() < 1.0, "Invalid beta2 value: ", beta2());
+  TORCH_CHECK(eps() >= 0, "Invalid epsilon value: ", eps());
+  check_newton_schulz_steps(ns_steps());
 }
 
 torch::Tensor normuon_normalize(const torch::Tensor& O,
@@ -66,37 +49,20 @@ torch::Tensor normuon_direction(const torch::Tensor& grad,
 
 NorMuon::NorMuon(std::vector<torch::Tensor> matrices,
                  std::vector<torch::Tensor> others, NorMuonOptions defaults)
-    : StatefulOptimizer(
-          hybrid_groups("NorMuon", std::move(matrices), std::move(others),
-                        defaults, with_use_normuon),
-          std::make_unique<NorMuonOptions>(defaults)) {
-  check_normuon_options(defaults);
+    : HybridOptimizer("NorMuon", std::move(matrices), std::move(others),
+                      defaults) {}
+
+void NorMuon::start(const torch::Tensor& p, ParamState& s,
+                    const NorMuonOptions&) const {
+  s.set("momentum_buffer", torch::zeros_like(p));
+  s.set("second_moment", torch::zeros({p.size(0), 1}, p.options()));
 }
 
-torch::Tensor NorMuon::step(LossClosure closure) {
-  return step_each<NorMuonOptions>(
-      closure, [](const NorMuonOptions& o) { check_normuon_options(o); },
-      [&](const torch::Tensor& p, NorMuonOptions& o) {
-        const torch::Tensor& grad = p.grad();
-        auto& state = state_for<NorMuonParamState>(p, [&] {
-          auto s = std::make_unique<NorMuonParamState>();
-          if (o.use_normuon()) {
-            s->momentum_buffer(torch::zeros_like(p));
-            s->second_moment(torch::zeros({p.size(0), 1}, p.options()));
-          } else {
-            start_adam_moments(*s, p);
-          }
-          return s;
-        });
-        state.step(state.step() + 1);
-        if (o.use_normuon()) {
-          p.add_(normuon_direction(grad, state.momentum_buffer(),
-                                   state.second_moment(), o),
-                 -o.lr());
-        } else {
-          hybrid_adam_update_(p, grad, state, o);
-        }
-      });
+void NorMuon::update(const torch::Tensor& p, const torch::Tensor& grad,
+                     ParamState& s, const NorMuonOptions& o) {
+  p.add_(normuon_direction(grad, s.at("momentum_buffer"), s.at("second_moment"),
+                           o),
+         -o.lr());
 }
 
 }  // namespace optim

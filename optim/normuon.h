@@ -24,60 +24,40 @@
 // orthogonality (measured in tests/test_modern_optim.cpp).
 #pragma once
 
-#include <string>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #include "optim/base.h"
 
 namespace optim {
 
-struct NorMuonOptions
-    : public torch::optim::OptimizerCloneableOptions<NorMuonOptions> {
-  NorMuonOptions(double lr = 0.02) : lr_(lr) {}
-  using betas_t = std::tuple<double, double>;
-  TORCH_ARG(double, lr) = 0.02;        // step size of the matrix update
+struct NorMuonOptions : public HybridOptions<NorMuonOptions> {
+  // The reference's auxiliary Adam: 3e-4, betas (0.9, 0.95), eps 1e-10.
+  NorMuonOptions(double lr = 0.02)
+      : HybridOptions(lr, AuxAdam{3e-4, {0.9, 0.95}, 1e-10}) {}
   TORCH_ARG(double, momentum) = 0.95;  // EMA of g (beta)
   TORCH_ARG(bool, nesterov) = true;
   TORCH_ARG(double, beta2) = 0.95;      // EMA of the row mean of O^2
   TORCH_ARG(double, eps) = 1e-10;       // in both divisions of the norm
   TORCH_ARG(int64_t, ns_steps) = 5;     // Newton-Schulz iterations
   TORCH_ARG(bool, shape_scale) = true;  // sqrt(max(1, rows / cols))
-  TORCH_ARG(bool, use_normuon) = true;  // false: Adam with the fields below
-  TORCH_ARG(double, adam_lr) = 3e-4;    // Adam on non-matrix parameters
-  TORCH_ARG(betas_t, adam_betas) = std::make_tuple(0.9, 0.95);
-  TORCH_ARG(double, adam_eps) = 1e-10;
 
  public:
-  double get_lr() const override { return use_normuon() ? lr() : adam_lr(); }
-  void set_lr(const double lr) override {
-    if (use_normuon()) {
-      this->lr(lr);
-    } else {
-      adam_lr(lr);
-    }
-  }
-  // Every hyperparameter as a name/value pair (booleans as 0 / 1).
-  Hparams hparams() const;
+  Hparams rule_hparams() const;
+  void check() const;
 };
 
-struct NorMuonParamState
-    : public torch::optim::OptimizerCloneableParamState<NorMuonParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, momentum_buffer);  // NorMuon groups: b
-  TORCH_ARG(torch::Tensor, second_moment);    // NorMuon groups: s, (rows, 1)
-  TORCH_ARG(torch::Tensor, exp_avg);          // Adam groups
-  TORCH_ARG(torch::Tensor, exp_avg_sq);       // Adam groups
-};
-
-class NorMuon : public StatefulOptimizer {
+// Buffers per matrix: "momentum_buffer" (b), "second_moment" (s, rows x 1).
+class NorMuon : public HybridOptimizer<NorMuonOptions> {
  public:
   // matrices: 2-D parameters for the NorMuon rule; others: Adam at adam_lr.
   NorMuon(std::vector<torch::Tensor> matrices,
           std::vector<torch::Tensor> others, NorMuonOptions defaults = {});
 
-  torch::Tensor step(LossClosure closure = nullptr) override;
+ private:
+  void start(const torch::Tensor& p, ParamState& s,
+             const NorMuonOptions& o) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
+              const NorMuonOptions& o) override;
 };
 
 // The row normalisation of an orthogonalised O (rows, cols), updating the

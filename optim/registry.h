@@ -1,10 +1,12 @@
 // The optimizer registry: name -> factory, hyperparameters and the class the
 // theory predicts (docs/protocol.md §5). The app, the tables and the tests
-// create every optimizer through it. The built-in rules are listed in
-// optim/registry.cpp (add_builtins); a user's rule is one entry there, or one
-// register_optimizer() call made before the first use (docs/extending.md).
-// Learning rates depend on the task and live with the tasks' other defaults
-// (twins/defaults.h), not here.
+// create every optimizer through it. This file is the mechanism; the
+// built-in rules are the list in optim/builtins.cpp, the Adam-p dial's names
+// are optim/adam_p_names.h. A user's rule is one entry in that list, or one
+// register_optimizer() call made before the first use; a family of names
+// decided at run time ("py:FILE:NAME") is one register_resolver() call
+// (docs/extending.md). Learning rates depend on the task and live with the
+// tasks' other defaults (twins/defaults.h), not here.
 #pragma once
 
 #include <torch/torch.h>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/adam_p_names.h"
 #include "optim/base.h"
 
 namespace optim {
@@ -28,6 +31,31 @@ Hparams hparams_of(const Options& o) {
 Hparams hparams_of(const torch::optim::AdamOptions& o);
 Hparams hparams_of(const torch::optim::SGDOptions& o);
 
+// What a parameter is in the model, for rules that treat kinds apart (a
+// rule written elsewhere can ask for named groups).
+// (attention W_Q, W_K, W_V, W_O; MLP W1, W2; then the rest).
+enum class Role {
+  kWq,
+  kWk,
+  kWv,
+  kWo,
+  kW1,
+  kW2,
+  kEmbedding,
+  kPositional,
+  kGain,
+  kHead
+};
+const char* to_string(Role r);  // "wq", ..., "embedding", "gain", "head"
+
+struct ParamRole {
+  Role role;
+  int64_t layer = -1;  // the block it belongs to; -1 outside the blocks
+  bool operator==(const ParamRole& o) const {
+    return role == o.role && layer == o.layer;
+  }
+};
+
 // The parameters of one model, split the way hybrid rules need them.
 struct ParamSplit {
   std::vector<torch::Tensor> matrices;  // hidden 2-D weights (Muon's set)
@@ -37,7 +65,13 @@ struct ParamSplit {
   // the gauge acts on each block from the left.
   std::vector<torch::Tensor> qk;
   int64_t heads = 1;  // attention heads per layer
-  std::vector<torch::Tensor> all() const;
+  // One per entry of all(), in its order; empty when the caller gives none.
+  std::vector<ParamRole> roles;
+
+  std::vector<torch::Tensor> all() const;  // matrices, then others
+  // The role of p (by tensor identity); nullopt when p is not here or the
+  // split carries no roles.
+  std::optional<ParamRole> role_of(const torch::Tensor& p) const;
 };
 
 // What the theory predicts for the attention-head gauge.
@@ -72,41 +106,35 @@ OptimizerInfo make_entry(std::string name, std::string summary,
           }};
 }
 
-// Adds an optimizer; throws if the name is taken or the entry incomplete.
-// Call it before the first run (e.g. first thing in main, or in a test).
-// Returns true so that it can initialise a namespace-scope bool.
+// Adds an optimizer; throws if the name is taken, belongs to a resolver's
+// prefix (below), or the entry is incomplete. Call it before the first run
+// (e.g. first thing in main, or in a test). Returns true so that it can
+// initialise a namespace-scope bool.
 bool register_optimizer(OptimizerInfo info);
 
-// Throws "Unknown optimizer: 'x' (known: ...)" for a name not registered.
+// A family of names resolved on first use. For a name that begins with its
+// prefix and is not registered, `resolve(name)` returns the entry (named
+// `name`), nullopt when the name denotes nothing, or throws naming the name
+// when it is malformed. It is called without the registry's lock held, at
+// most once per name that resolves: find_optimizer keeps the entry.
+using Resolver =
+    std::function<std::optional<OptimizerInfo>(const std::string& name)>;
+
+// Adds a resolver for the names beginning with `prefix` ("py:", "torch:";
+// the Adam-p dial's "adam-p" is one). Every longer name with that prefix is
+// then reserved for it. Throws if the prefix is empty, if it or an existing
+// prefix begins the other, or if a registered name would fall under it.
+// Returns true, as register_optimizer does.
+bool register_resolver(std::string prefix, Resolver resolve);
+
+// A registered name, else an entry already resolved, else the entry of the
+// resolver whose prefix begins the name. Throws "Unknown optimizer: 'x'
+// (known: ...)" when none gives one, and passes on a resolver's error.
 const OptimizerInfo& find_optimizer(const std::string& name);
-bool has_optimizer(const std::string& name);
-std::vector<std::string> optimizer_names();  // registration order
+bool has_optimizer(const std::string& name);  // find_optimizer would succeed
+std::vector<std::string> optimizer_names();   // registered, in order
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const std::string& name, const ParamSplit& params, double lr);
-
-// The Adam-p family (paper §7, optim/adam_p.h): "adam-p<p>" names the dial
-// at p in [0, 1] (adam-p0.5, adam-p0.125, adam-p1e-3); find_optimizer
-// builds such an entry on first use (predicted equivariant only at p = 0).
-// The bare "adam-p" is the listed entry and runs at kDefaultAdamP.
-constexpr double kDefaultAdamP = 0.5;
-
-// "adam-p" + the shortest decimal spelling of p: adam_p_name(0.5) ==
-// "adam-p0.5". Throws for p outside [0, 1].
-std::string adam_p_name(double p);
-
-// The exponent an Adam-p name runs at (kDefaultAdamP for bare "adam-p"),
-// nullopt for a name outside the family; throws naming the name for a
-// malformed "adam-p..." or p outside [0, 1].
-std::optional<double> adam_p_exponent(const std::string& name);
-
-// The optimizer names a run records, from what the user gave: each bare
-// "adam-p" becomes adam_p_name(p) for every p of `ps` (kDefaultAdamP when
-// `ps` is empty), "adam-p<p>" its canonical spelling (adam-p0.50 ->
-// adam-p0.5), every other name is checked to exist. Throws for an unknown
-// name, for p outside [0, 1], and when `ps` is given but no bare "adam-p"
-// takes it (--p).
-std::vector<std::string> resolve_optimizer_names(
-    const std::vector<std::string>& names, const std::vector<double>& ps = {});
 
 }  // namespace optim

@@ -31,13 +31,12 @@ torch::Tensor RMSprop::step(LossClosure closure) {
   return step_each<RMSpropOptions>(
       closure, [](const RMSpropOptions& o) { check_options(o); },
       [&](const torch::Tensor& p, RMSpropOptions& o) {
-        auto& state = state_for<RMSpropParamState>(p, [&] {
-          auto s = std::make_unique<RMSpropParamState>();
-          s->square_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-          return s;
+        ParamState& s = state_for(p, [&](ParamState& fresh) {
+          fresh.set("square_avg",
+                    torch::zeros_like(p, torch::MemoryFormat::Preserve));
         });
-        state.step(state.step() + 1);
-        rmsprop_update_(p, p.grad(), state.square_avg(), o.lr(), o.alpha(),
+        s.step += 1;
+        rmsprop_update_(p, p.grad(), s.at("square_avg"), o.lr(), o.alpha(),
                         o.eps());
       });
 }

@@ -30,12 +30,7 @@ struct RMSpropOptions
   void set_lr(const double lr) override { this->lr(lr); }
 };
 
-struct RMSpropParamState
-    : public torch::optim::OptimizerCloneableParamState<RMSpropParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, square_avg);  // v, the EMA of g^2
-};
-
+// Buffer per parameter: "square_avg" (v, the EMA of g^2).
 class RMSprop : public StatefulOptimizer {
  public:
   explicit RMSprop(std::vector<torch::optim::OptimizerParamGroup> groups,

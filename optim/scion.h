@@ -24,9 +24,6 @@
 // basis-dependent. The same rule, opposite verdicts by orientation.
 #pragma once
 
-#include <string>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #include "optim/base.h"
@@ -35,50 +32,33 @@ namespace optim {
 
 enum class ScionNorm { kColumn, kRow };
 
-struct ScionOptions
-    : public torch::optim::OptimizerCloneableOptions<ScionOptions> {
-  ScionOptions(double lr = 1e-3) : lr_(lr) {}
-  using betas_t = std::tuple<double, double>;
-  TORCH_ARG(double, lr) = 1e-3;    // step size of the matrix update
+struct ScionOptions : public HybridOptions<ScionOptions> {
+  // Adam at 1e-3, betas (0.9, 0.999), eps 1e-8 on the rest.
+  ScionOptions(double lr = 1e-3) : HybridOptions(lr, AuxAdam{}) {}
   TORCH_ARG(double, alpha) = 0.1;  // b = (1 - alpha) b + alpha g
   TORCH_ARG(double, scale) = 3.0;  // radius of the hidden layers
   TORCH_ARG(ScionNorm, norm) = ScionNorm::kColumn;
   TORCH_ARG(bool, normalized) = true;  // the reference's normalized LMO
   TORCH_ARG(double, eps) = 1e-8;       // added to each norm
-  TORCH_ARG(bool, use_scion) = true;   // false: Adam with the fields below
-  TORCH_ARG(double, adam_lr) = 1e-3;   // Adam on non-matrix parameters
-  TORCH_ARG(betas_t, adam_betas) = std::make_tuple(0.9, 0.999);
-  TORCH_ARG(double, adam_eps) = 1e-8;
 
  public:
-  double get_lr() const override { return use_scion() ? lr() : adam_lr(); }
-  void set_lr(const double lr) override {
-    if (use_scion()) {
-      this->lr(lr);
-    } else {
-      adam_lr(lr);
-    }
-  }
-  // Every hyperparameter as a name/value pair (booleans as 0 / 1; norm:
-  // 0 column, 1 row).
-  Hparams hparams() const;
+  // norm: 0 column, 1 row.
+  Hparams rule_hparams() const;
+  void check() const;
 };
 
-struct ScionParamState
-    : public torch::optim::OptimizerCloneableParamState<ScionParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, momentum_buffer);  // Scion groups: b
-  TORCH_ARG(torch::Tensor, exp_avg);          // Adam groups
-  TORCH_ARG(torch::Tensor, exp_avg_sq);       // Adam groups
-};
-
-class Scion : public StatefulOptimizer {
+// Buffer "momentum_buffer" (b) per matrix.
+class Scion : public HybridOptimizer<ScionOptions> {
  public:
   // matrices: 2-D parameters for the LMO rule; others: Adam at adam_lr.
   Scion(std::vector<torch::Tensor> matrices, std::vector<torch::Tensor> others,
         ScionOptions defaults = {});
 
-  torch::Tensor step(LossClosure closure = nullptr) override;
+ private:
+  void start(const torch::Tensor& p, ParamState& s,
+             const ScionOptions& o) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
+              const ScionOptions& o) override;
 };
 
 // The reference's ColNorm / RowNorm LMOs of a (rows, cols) matrix.

@@ -2,23 +2,26 @@
 
 namespace optim {
 
-namespace {
-
-void check_shampoo_options(const ShampooOptions& o) {
-  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
-  TORCH_CHECK(o.damping() > 0, "Invalid damping value: ", o.damping());
-  TORCH_CHECK(o.root_every() >= 1,
-              "Invalid root refresh interval: ", o.root_every());
-  check_adam_options(o.adam_lr(), o.adam_betas(), o.adam_eps());
+Hparams ShampooOptions::rule_hparams() const {
+  return {{"damping", damping()}, {"root_every", double(root_every())}};
 }
 
-// The rule's own options with its matrix-update flag set.
-ShampooOptions with_use_shampoo(ShampooOptions o, bool on) {
-  o.use_shampoo(on);
-  return o;
+void ShampooOptions::check() const {
+  check_shampoo_options(damping(), root_every());
 }
 
-}  // namespace
+void check_shampoo_options(double damping, int64_t root_every) {
+  TORCH_CHECK(damping > 0, "Invalid damping value: ", damping);
+  TORCH_CHECK(root_every >= 1, "Invalid root refresh interval: ", root_every);
+}
+
+void start_shampoo_statistics(ParamState& s, const torch::Tensor& p) {
+  const int64_t m = p.size(0), n = p.size(1);
+  s.set("left", torch::zeros({m, m}, p.options()));
+  s.set("right", torch::zeros({n, n}, p.options()));
+  s.set("left_root", torch::empty({m, m}, p.options()));
+  s.set("right_root", torch::empty({n, n}, p.options()));
+}
 
 torch::Tensor inverse_fourth_root(const torch::Tensor& A, double damping) {
   TORCH_CHECK(A.dim() == 2 && A.size(0) == A.size(1),
@@ -43,52 +46,29 @@ torch::Tensor shampoo_direction_(const torch::Tensor& grad,
   return left_root.mm(grad).mm(right_root);
 }
 
-void shampoo_update_(const torch::Tensor& p, const torch::Tensor& grad,
-                     const torch::Tensor& left, const torch::Tensor& right,
-                     const torch::Tensor& left_root,
-                     const torch::Tensor& right_root, bool refresh, double lr,
-                     double damping) {
-  p.add_(shampoo_direction_(grad, left, right, left_root, right_root, refresh,
-                            damping),
-         -lr);
+torch::Tensor shampoo_step_direction_(const torch::Tensor& grad, ParamState& s,
+                                      int64_t step, int64_t root_every,
+                                      double damping) {
+  const bool refresh = (step - 1) % root_every == 0;
+  return shampoo_direction_(grad, s.at("left"), s.at("right"),
+                            s.at("left_root"), s.at("right_root"), refresh,
+                            damping);
 }
 
 Shampoo::Shampoo(std::vector<torch::Tensor> matrices,
                  std::vector<torch::Tensor> others, ShampooOptions defaults)
-    : StatefulOptimizer(
-          hybrid_groups("Shampoo", std::move(matrices), std::move(others),
-                        defaults, with_use_shampoo),
-          std::make_unique<ShampooOptions>(defaults)) {
-  check_shampoo_options(defaults);
+    : HybridOptimizer("Shampoo", std::move(matrices), std::move(others),
+                      defaults) {}
+
+void Shampoo::start(const torch::Tensor& p, ParamState& s,
+                    const ShampooOptions&) const {
+  start_shampoo_statistics(s, p);
 }
 
-torch::Tensor Shampoo::step(LossClosure closure) {
-  return step_each<ShampooOptions>(
-      closure, [](const ShampooOptions& o) { check_shampoo_options(o); },
-      [&](const torch::Tensor& p, ShampooOptions& o) {
-        const torch::Tensor& grad = p.grad();
-        auto& state = state_for<ShampooParamState>(p, [&] {
-          auto s = std::make_unique<ShampooParamState>();
-          if (o.use_shampoo()) {
-            s->left(torch::zeros({p.size(0), p.size(0)}, p.options()));
-            s->right(torch::zeros({p.size(1), p.size(1)}, p.options()));
-            s->left_root(torch::empty({p.size(0), p.size(0)}, p.options()));
-            s->right_root(torch::empty({p.size(1), p.size(1)}, p.options()));
-          } else {
-            start_adam_moments(*s, p);
-          }
-          return s;
-        });
-        state.step(state.step() + 1);
-        if (o.use_shampoo()) {
-          const bool refresh = (state.step() - 1) % o.root_every() == 0;
-          shampoo_update_(p, grad, state.left(), state.right(),
-                          state.left_root(), state.right_root(), refresh,
-                          o.lr(), o.damping());
-        } else {
-          hybrid_adam_update_(p, grad, state, o);
-        }
-      });
+void Shampoo::update(const torch::Tensor& p, const torch::Tensor& grad,
+                     ParamState& s, const ShampooOptions& o) {
+  p.add_(shampoo_step_direction_(grad, s, s.step, o.root_every(), o.damping()),
+         -o.lr());
 }
 
 }  // namespace optim

@@ -16,71 +16,47 @@
 // The gauge left-multiplies W_Q, W_K by an orthogonal block-diagonal B:
 // G -> B G, L -> B L B^T, (L + I)^(-1/4) -> B (L + I)^(-1/4) B^T, R fixed, so
 // the update maps to B times itself: gauge-equivariant (paper §4).
-//
-// Parameter group 0 holds the matrices, group 1 (optional) the rest; the
-// group's options say which rule it gets (use_shampoo).
 #pragma once
 
-#include <tuple>
 #include <vector>
 
 #include "optim/base.h"
 
 namespace optim {
 
-struct ShampooOptions
-    : public torch::optim::OptimizerCloneableOptions<ShampooOptions> {
-  ShampooOptions(double lr = 0.5) : lr_(lr) {}
-  using betas_t = std::tuple<double, double>;
-  TORCH_ARG(double, lr) = 0.5;          // step size of the matrix update
+struct ShampooOptions : public HybridOptions<ShampooOptions> {
+  // Adam at 1e-3, betas (0.9, 0.999), eps 1e-8 on the rest.
+  ShampooOptions(double lr = 0.5) : HybridOptions(lr, AuxAdam{}) {}
   TORCH_ARG(double, damping) = 1.0;     // lambda added to L and R
   TORCH_ARG(int64_t, root_every) = 20;  // steps between root refreshes
-  TORCH_ARG(bool, use_shampoo) = true;  // false: Adam with the fields below
-  TORCH_ARG(double, adam_lr) = 1e-3;    // Adam on non-matrix parameters
-  TORCH_ARG(betas_t, adam_betas) = std::make_tuple(0.9, 0.999);
-  TORCH_ARG(double, adam_eps) = 1e-8;
 
  public:
-  // Every hyperparameter but the step size, for the result record.
-  Hparams hparams() const {
-    return {{"damping", damping()},
-            {"root_every", double(root_every())},
-            {"adam_lr", adam_lr()},
-            {"adam_beta1", std::get<0>(adam_betas())},
-            {"adam_beta2", std::get<1>(adam_betas())},
-            {"adam_eps", adam_eps()}};
-  }
-
- public:
-  double get_lr() const override { return use_shampoo() ? lr() : adam_lr(); }
-  void set_lr(const double lr) override {
-    if (use_shampoo()) {
-      this->lr(lr);
-    } else {
-      adam_lr(lr);
-    }
-  }
+  static constexpr bool kRecordsWeightDecay = false;
+  Hparams rule_hparams() const;
+  void check() const;
 };
 
-struct ShampooParamState
-    : public torch::optim::OptimizerCloneableParamState<ShampooParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, left);        // L = sum G G^T  (m, m)
-  TORCH_ARG(torch::Tensor, right);       // R = sum G^T G  (n, n)
-  TORCH_ARG(torch::Tensor, left_root);   // (L + lambda I)^(-1/4)
-  TORCH_ARG(torch::Tensor, right_root);  // (R + lambda I)^(-1/4)
-  TORCH_ARG(torch::Tensor, exp_avg);     // Adam groups
-  TORCH_ARG(torch::Tensor, exp_avg_sq);  // Adam groups
-};
-
-class Shampoo : public StatefulOptimizer {
+// Buffers per matrix: "left" L = sum G G^T (m, m), "right" R = sum G^T G
+// (n, n), "left_root" (L + lambda I)^(-1/4), "right_root" likewise.
+class Shampoo : public HybridOptimizer<ShampooOptions> {
  public:
   // matrices: 2-D parameters for the Shampoo rule; others: Adam at adam_lr.
   Shampoo(std::vector<torch::Tensor> matrices,
           std::vector<torch::Tensor> others, ShampooOptions defaults = {});
 
-  torch::Tensor step(LossClosure closure = nullptr) override;
+ private:
+  void start(const torch::Tensor& p, ParamState& s,
+             const ShampooOptions& o) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
+              const ShampooOptions& o) override;
 };
+
+// The statistics and roots above for a matrix p, L and R zero (the roots
+// are written at the first step).
+void start_shampoo_statistics(ParamState& s, const torch::Tensor& p);
+
+// Checks damping > 0 and root_every >= 1.
+void check_shampoo_options(double damping, int64_t root_every);
 
 // (A + damping I)^(-1/4) for a symmetric positive semi-definite A, by
 // eigendecomposition in float64 (lower triangle read, eigenvalues floored
@@ -97,12 +73,10 @@ torch::Tensor shampoo_direction_(const torch::Tensor& grad,
                                  const torch::Tensor& right_root, bool refresh,
                                  double damping);
 
-// One Shampoo step in place on p and the statistics; with `refresh` the
-// roots are recomputed from the updated L, R first.
-void shampoo_update_(const torch::Tensor& p, const torch::Tensor& grad,
-                     const torch::Tensor& left, const torch::Tensor& right,
-                     const torch::Tensor& left_root,
-                     const torch::Tensor& right_root, bool refresh, double lr,
-                     double damping);
+// shampoo_direction_ on the buffers of start_shampoo_statistics, the
+// roots refreshed at steps 1, 1 + root_every, ... (`step` counts from 1).
+torch::Tensor shampoo_step_direction_(const torch::Tensor& grad, ParamState& s,
+                                      int64_t step, int64_t root_every,
+                                      double damping);
 
 }  // namespace optim

@@ -11,35 +11,20 @@ namespace {
 // The reference's floor under the direction's norm.
 constexpr double kGraftNormFloor = 1e-16;
 
-void check_shampoo_graft_options(const ShampooGraftOptions& o) {
-  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
-  TORCH_CHECK(o.damping() > 0, "Invalid damping value: ", o.damping());
-  TORCH_CHECK(o.root_every() >= 1,
-              "Invalid root refresh interval: ", o.root_every());
-  TORCH_CHECK(0 < o.graft_beta2() && o.graft_beta2() < 1.0,
-              "Invalid grafting beta2 value: ", o.graft_beta2());
-  TORCH_CHECK(o.graft_eps() > 0,
-              "Invalid grafting epsilon value: ", o.graft_eps());
-  check_adam_options(o.adam_lr(), o.adam_betas(), o.adam_eps());
-}
-
-ShampooGraftOptions with_use_shampoo(ShampooGraftOptions o, bool on) {
-  o.use_shampoo(on);
-  return o;
-}
-
 }  // namespace
 
-Hparams ShampooGraftOptions::hparams() const {
+Hparams ShampooGraftOptions::rule_hparams() const {
   return {{"damping", damping()},
           {"root_every", double(root_every())},
           {"graft_beta2", graft_beta2()},
-          {"graft_eps", graft_eps()},
-          {"adam_lr", adam_lr()},
-          {"adam_beta1", std::get<0>(adam_betas())},
-          {"adam_beta2", std::get<1>(adam_betas())},
-          {"adam_eps", adam_eps()},
-          {"weight_decay", 0.0}};
+          {"graft_eps", graft_eps()}};
+}
+
+void ShampooGraftOptions::check() const {
+  check_shampoo_options(damping(), root_every());
+  TORCH_CHECK(0 < graft_beta2() && graft_beta2() < 1.0,
+              "Invalid grafting beta2 value: ", graft_beta2());
+  TORCH_CHECK(graft_eps() > 0, "Invalid grafting epsilon value: ", graft_eps());
 }
 
 torch::Tensor adam_graft(const torch::Tensor& direction,
@@ -55,45 +40,22 @@ torch::Tensor adam_graft(const torch::Tensor& direction,
 ShampooGraft::ShampooGraft(std::vector<torch::Tensor> matrices,
                            std::vector<torch::Tensor> others,
                            ShampooGraftOptions defaults)
-    : StatefulOptimizer(
-          hybrid_groups("ShampooGraft", std::move(matrices), std::move(others),
-                        defaults, with_use_shampoo),
-          std::make_unique<ShampooGraftOptions>(defaults)) {
-  check_shampoo_graft_options(defaults);
+    : HybridOptimizer("ShampooGraft", std::move(matrices), std::move(others),
+                      defaults) {}
+
+void ShampooGraft::start(const torch::Tensor& p, ParamState& s,
+                         const ShampooGraftOptions&) const {
+  start_shampoo_statistics(s, p);
+  s.set("graft_v", torch::zeros_like(p));
 }
 
-torch::Tensor ShampooGraft::step(LossClosure closure) {
-  return step_each<ShampooGraftOptions>(
-      closure,
-      [](const ShampooGraftOptions& o) { check_shampoo_graft_options(o); },
-      [&](const torch::Tensor& p, ShampooGraftOptions& o) {
-        const torch::Tensor& grad = p.grad();
-        auto& state = state_for<ShampooGraftParamState>(p, [&] {
-          auto s = std::make_unique<ShampooGraftParamState>();
-          if (o.use_shampoo()) {
-            s->left(torch::zeros({p.size(0), p.size(0)}, p.options()));
-            s->right(torch::zeros({p.size(1), p.size(1)}, p.options()));
-            s->left_root(torch::empty({p.size(0), p.size(0)}, p.options()));
-            s->right_root(torch::empty({p.size(1), p.size(1)}, p.options()));
-            s->graft_v(torch::zeros_like(p));
-          } else {
-            start_adam_moments(*s, p);
-          }
-          return s;
-        });
-        state.step(state.step() + 1);
-        if (o.use_shampoo()) {
-          const bool refresh = (state.step() - 1) % o.root_every() == 0;
-          const torch::Tensor direction = shampoo_direction_(
-              grad, state.left(), state.right(), state.left_root(),
-              state.right_root(), refresh, o.damping());
-          p.add_(adam_graft(direction, grad, state.graft_v(), state.step(),
-                            o.graft_beta2(), o.graft_eps()),
-                 -o.lr());
-        } else {
-          hybrid_adam_update_(p, grad, state, o);
-        }
-      });
+void ShampooGraft::update(const torch::Tensor& p, const torch::Tensor& grad,
+                          ParamState& s, const ShampooGraftOptions& o) {
+  const torch::Tensor direction =
+      shampoo_step_direction_(grad, s, s.step, o.root_every(), o.damping());
+  p.add_(adam_graft(direction, grad, s.at("graft_v"), s.step, o.graft_beta2(),
+                    o.graft_eps()),
+         -o.lr());
 }
 
 }  // namespace optim

@@ -22,63 +22,39 @@
 // through the step size only, the direction stays equivariant.
 #pragma once
 
-#include <string>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #include "optim/base.h"
 
 namespace optim {
 
-struct ShampooGraftOptions
-    : public torch::optim::OptimizerCloneableOptions<ShampooGraftOptions> {
-  ShampooGraftOptions(double lr = 1e-2) : lr_(lr) {}
-  using betas_t = std::tuple<double, double>;
-  TORCH_ARG(double, lr) = 1e-2;            // times Adam's step norm
+struct ShampooGraftOptions : public HybridOptions<ShampooGraftOptions> {
+  // Adam at 1e-3, betas (0.9, 0.999), eps 1e-8 on the rest.
+  ShampooGraftOptions(double lr = 1e-2) : HybridOptions(lr, AuxAdam{}) {}
   TORCH_ARG(double, damping) = 1.0;        // lambda added to L and R
   TORCH_ARG(int64_t, root_every) = 20;     // steps between root refreshes
   TORCH_ARG(double, graft_beta2) = 0.999;  // Adam's v for the step norm
   TORCH_ARG(double, graft_eps) = 1e-10;
-  TORCH_ARG(bool, use_shampoo) = true;  // false: Adam with the fields below
-  TORCH_ARG(double, adam_lr) = 1e-3;    // Adam on non-matrix parameters
-  TORCH_ARG(betas_t, adam_betas) = std::make_tuple(0.9, 0.999);
-  TORCH_ARG(double, adam_eps) = 1e-8;
 
  public:
-  double get_lr() const override { return use_shampoo() ? lr() : adam_lr(); }
-  void set_lr(const double lr) override {
-    if (use_shampoo()) {
-      this->lr(lr);
-    } else {
-      adam_lr(lr);
-    }
-  }
-  // Every hyperparameter as a name/value pair.
-  Hparams hparams() const;
+  Hparams rule_hparams() const;
+  void check() const;
 };
 
-struct ShampooGraftParamState
-    : public torch::optim::OptimizerCloneableParamState<
-          ShampooGraftParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, left);        // L = sum G G^T  (m, m)
-  TORCH_ARG(torch::Tensor, right);       // R = sum G^T G  (n, n)
-  TORCH_ARG(torch::Tensor, left_root);   // (L + lambda I)^(-1/4)
-  TORCH_ARG(torch::Tensor, right_root);  // (R + lambda I)^(-1/4)
-  TORCH_ARG(torch::Tensor, graft_v);     // grafting's v, shape of p
-  TORCH_ARG(torch::Tensor, exp_avg);     // Adam groups
-  TORCH_ARG(torch::Tensor, exp_avg_sq);  // Adam groups
-};
-
-class ShampooGraft : public StatefulOptimizer {
+// Buffers per matrix: Shampoo's (start_shampoo_statistics) and "graft_v",
+// the grafting's v, shaped as p.
+class ShampooGraft : public HybridOptimizer<ShampooGraftOptions> {
  public:
   // matrices: 2-D parameters for the grafted rule; others: Adam at adam_lr.
   ShampooGraft(std::vector<torch::Tensor> matrices,
                std::vector<torch::Tensor> others,
                ShampooGraftOptions defaults = {});
 
-  torch::Tensor step(LossClosure closure = nullptr) override;
+ private:
+  void start(const torch::Tensor& p, ParamState& s,
+             const ShampooGraftOptions& o) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
+              const ShampooGraftOptions& o) override;
 };
 
 // `direction` rescaled to the norm of Adam's diagonal step on `grad`,

@@ -29,14 +29,12 @@ torch::Tensor Signum::step(LossClosure closure) {
   return step_each<SignumOptions>(
       closure, [](const SignumOptions& o) { check_options(o); },
       [&](const torch::Tensor& p, SignumOptions& o) {
-        auto& state = state_for<SignumParamState>(p, [&] {
-          auto s = std::make_unique<SignumParamState>();
-          s->momentum_buffer(
-              torch::zeros_like(p, torch::MemoryFormat::Preserve));
-          return s;
+        ParamState& s = state_for(p, [&](ParamState& fresh) {
+          fresh.set("momentum_buffer",
+                    torch::zeros_like(p, torch::MemoryFormat::Preserve));
         });
-        state.step(state.step() + 1);
-        signum_update_(p, p.grad(), state.momentum_buffer(), o.lr(),
+        s.step += 1;
+        signum_update_(p, p.grad(), s.at("momentum_buffer"), o.lr(),
                        o.momentum());
       });
 }

@@ -26,12 +26,7 @@ struct SignumOptions
   void set_lr(const double lr) override { this->lr(lr); }
 };
 
-struct SignumParamState
-    : public torch::optim::OptimizerCloneableParamState<SignumParamState> {
-  TORCH_ARG(int64_t, step) = 0;
-  TORCH_ARG(torch::Tensor, momentum_buffer);  // m
-};
-
+// Buffer per parameter: "momentum_buffer" (m).
 class Signum : public StatefulOptimizer {
  public:
   explicit Signum(std::vector<torch::optim::OptimizerParamGroup> groups,

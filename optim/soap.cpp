@@ -1,6 +1,7 @@
 #include "optim/soap.h"
 
 #include <cmath>
+#include <string>
 
 namespace optim {
 
@@ -94,54 +95,88 @@ torch::Tensor soap_refresh_basis(const torch::Tensor& stat,
   return std::get<0>(torch::linalg_qr(stat.mm(basis.index_select(1, order))));
 }
 
+namespace {
+
+// The per-dimension buffers "stat_k" (GG_k) and "basis_k" (Q_k) of a state,
+// as a vector over the dimensions, undefined where a dimension has none.
+constexpr char kStat[] = "stat_", kBasis[] = "basis_";
+
+std::vector<torch::Tensor> per_dim(const ParamState& s, const char* name,
+                                   int64_t dims) {
+  std::vector<torch::Tensor> out(dims);
+  for (int64_t k = 0; k < dims; ++k) {
+    const std::string key = name + std::to_string(k);
+    if (s.has(key))
+      out[k] = s.at(key);
+  }
+  return out;
+}
+
+// The first call: statistics and their eigenbases, no update.
+void soap_start_(const torch::Tensor& grad, ParamState& s,
+                 const SoapOptions& o) {
+  std::vector<torch::Tensor> stats(grad.dim());
+  for (int64_t k = 0; k < grad.dim(); ++k) {
+    const int64_t n = grad.size(k);
+    const bool on = grad.dim() >= 2 && n <= o.max_precond_dim() &&
+                    (k > 0 || o.precondition_left());
+    if (on)
+      stats[k] = torch::zeros({n, n}, grad.options());
+  }
+  soap_accumulate_(stats, grad, o.gram_beta());
+  for (int64_t k = 0; k < grad.dim(); ++k) {
+    if (stats[k].defined()) {
+      s.set(kStat + std::to_string(k), stats[k]);
+      s.set(kBasis + std::to_string(k), soap_eigenbasis(stats[k]));
+    }
+  }
+}
+
+// Every precondition_frequency updates: new bases from the statistics, v
+// reordered with them, m moved into the new basis.
+void soap_refresh_(ParamState& s, const std::vector<torch::Tensor>& bases) {
+  const auto dims = static_cast<int64_t>(bases.size());
+  const std::vector<torch::Tensor> stats = per_dim(s, kStat, dims);
+  const torch::Tensor m = soap_project_back(s.at("exp_avg"), bases);
+  std::vector<torch::Tensor> fresh = bases;
+  torch::Tensor v = s.at("exp_avg_sq");
+  for (int64_t k = 0; k < dims; ++k) {
+    if (fresh[k].defined()) {
+      fresh[k] = soap_refresh_basis(stats[k], fresh[k], v, k);
+      s.set(kBasis + std::to_string(k), fresh[k]);
+    }
+  }
+  s.set("exp_avg_sq", v);
+  s.set("exp_avg", soap_project(m, fresh).contiguous());
+}
+
+}  // namespace
+
 void soap_step_(const torch::Tensor& p, const torch::Tensor& grad,
-                SoapParamState& s, const SoapOptions& o) {
-  if (s.bases().empty()) {
-    // First call: statistics and their eigenbases, no update.
-    std::vector<torch::Tensor> stats(grad.dim()), bases(grad.dim());
-    for (int64_t k = 0; k < grad.dim(); ++k) {
-      const int64_t n = grad.size(k);
-      const bool on = grad.dim() >= 2 && n <= o.max_precond_dim() &&
-                      (k > 0 || o.precondition_left());
-      if (on)
-        stats[k] = torch::zeros({n, n}, grad.options());
-    }
-    soap_accumulate_(stats, grad, o.gram_beta());
-    for (int64_t k = 0; k < grad.dim(); ++k) {
-      if (stats[k].defined())
-        bases[k] = soap_eigenbasis(stats[k]);
-    }
-    s.stats(std::move(stats));
-    s.bases(std::move(bases));
+                ParamState& s, const SoapOptions& o) {
+  s.step += 1;
+  if (s.step == 1) {
+    soap_start_(grad, s, o);
     return;
   }
+  const int64_t t = s.step - 1;  // updates, this one included
   const auto [beta1, beta2] = o.betas();
-  s.step(s.step() + 1);
-  const torch::Tensor projected = soap_project(grad, s.bases());
-  s.exp_avg().mul_(beta1).add_(projected, 1 - beta1);
-  s.exp_avg_sq().mul_(beta2).addcmul_(projected, projected, 1 - beta2);
-  const torch::Tensor denom = s.exp_avg_sq().sqrt().add_(o.eps());
+  const std::vector<torch::Tensor> bases = per_dim(s, kBasis, grad.dim());
+  const torch::Tensor projected = soap_project(grad, bases);
+  torch::Tensor& m = s.at("exp_avg");
+  torch::Tensor& v = s.at("exp_avg_sq");
+  m.mul_(beta1).add_(projected, 1 - beta1);
+  v.mul_(beta2).addcmul_(projected, projected, 1 - beta2);
+  const torch::Tensor denom = v.sqrt().add_(o.eps());
   double step_size = o.lr();
   if (o.correct_bias()) {
-    step_size *= std::sqrt(1 - std::pow(beta2, s.step())) /
-                 (1 - std::pow(beta1, s.step()));
+    step_size *= std::sqrt(1 - std::pow(beta2, t)) / (1 - std::pow(beta1, t));
   }
-  p.add_(soap_project_back(s.exp_avg() / denom, s.bases()), -step_size);
+  p.add_(soap_project_back(m / denom, bases), -step_size);
 
-  soap_accumulate_(s.stats(), grad, o.gram_beta());
-  if (s.step() % o.precondition_frequency() == 0) {
-    const torch::Tensor m = soap_project_back(s.exp_avg(), s.bases());
-    std::vector<torch::Tensor> bases = s.bases();
-    torch::Tensor v = s.exp_avg_sq();
-    for (int64_t k = 0; k < grad.dim(); ++k) {
-      if (bases[k].defined()) {
-        bases[k] = soap_refresh_basis(s.stats()[k], bases[k], v, k);
-      }
-    }
-    s.bases(std::move(bases));
-    s.exp_avg_sq(v);
-    s.exp_avg(soap_project(m, s.bases()).contiguous());
-  }
+  soap_accumulate_(per_dim(s, kStat, grad.dim()), grad, o.gram_beta());
+  if (t % o.precondition_frequency() == 0)
+    soap_refresh_(s, bases);
 }
 
 Soap::Soap(std::vector<torch::Tensor> params, SoapOptions defaults)
@@ -154,13 +189,13 @@ torch::Tensor Soap::step(LossClosure closure) {
   return step_each<SoapOptions>(
       closure, [](const SoapOptions& o) { check_soap_options(o); },
       [&](const torch::Tensor& p, SoapOptions& o) {
-        auto& state = state_for<SoapParamState>(p, [&] {
-          auto s = std::make_unique<SoapParamState>();
-          s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
-          s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
-          return s;
+        ParamState& s = state_for(p, [&](ParamState& fresh) {
+          fresh.set("exp_avg",
+                    torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+          fresh.set("exp_avg_sq",
+                    torch::zeros_like(p, torch::MemoryFormat::Contiguous));
         });
-        soap_step_(p, p.grad(), state, o);
+        soap_step_(p, p.grad(), s, o);
       });
 }
 

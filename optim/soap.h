@@ -66,17 +66,10 @@ struct SoapOptions
   double gram_beta() const;
 };
 
-struct SoapParamState
-    : public torch::optim::OptimizerCloneableParamState<SoapParamState> {
-  TORCH_ARG(int64_t, step) = 0;          // updates made (the first call: none)
-  TORCH_ARG(torch::Tensor, exp_avg);     // m, in the current basis
-  TORCH_ARG(torch::Tensor, exp_avg_sq);  // v, in the current basis
-  // Per dimension of p: GG_k (n_k, n_k) and Q_k (n_k, n_k); undefined for a
-  // dimension without a basis. Empty before the first call.
-  TORCH_ARG(std::vector<torch::Tensor>, stats);
-  TORCH_ARG(std::vector<torch::Tensor>, bases);
-};
-
+// Buffers per parameter: "exp_avg" (m) and "exp_avg_sq" (v), in the current
+// basis; for each dimension k with a basis "stat_k" (GG_k, n_k x n_k) and
+// "basis_k" (Q_k). The state's step counts calls: the first builds the
+// statistics and makes no update, so the updates number step - 1.
 class Soap : public StatefulOptimizer {
  public:
   explicit Soap(std::vector<torch::Tensor> params, SoapOptions defaults = {});
@@ -109,11 +102,12 @@ torch::Tensor soap_refresh_basis(const torch::Tensor& stat,
                                  const torch::Tensor& basis,
                                  torch::Tensor& exp_avg_sq, int64_t dim);
 
-// One call of the rule on p with its state: the first call (empty bases)
-// builds the statistics and bases and leaves p as it is; every later one is
-// an update (t = state.step() + 1), followed by the statistics' update and,
-// every precondition_frequency updates, a refresh of the bases.
+// One call of the rule on p with its state: the first call builds the
+// statistics and bases and leaves p as it is; every later one is an update
+// (t = state.step - 1 after the call is counted), followed by the
+// statistics' update and, every precondition_frequency updates, a refresh
+// of the bases.
 void soap_step_(const torch::Tensor& p, const torch::Tensor& grad,
-                SoapParamState& state, const SoapOptions& o);
+                ParamState& s, const SoapOptions& o);
 
 }  // namespace optim

@@ -57,12 +57,38 @@ model::ModelConfig model_config(const PairSpec& spec,
 }
 
 optim::ParamSplit param_split(const model::Transformer& m) {
+  using optim::Role;
   optim::ParamSplit split;
   split.matrices = m->matrix_parameters();
   split.others = m->other_parameters();
-  for (const auto& block : m->blocks) {
-    split.qk.push_back(block->attn->wq->weight);
-    split.qk.push_back(block->attn->wk->weight);
+  // Each parameter's role, matched by identity so that the lists' order
+  // need not be known here.
+  std::vector<std::pair<torch::Tensor, optim::ParamRole>> roles = {
+      {m->tok_emb, {Role::kEmbedding}},
+      {m->pos_emb, {Role::kPositional}},
+      {m->norm_f->gain, {Role::kGain}},
+      {m->head->weight, {Role::kHead}}};
+  for (size_t l = 0; l < m->blocks.size(); ++l) {
+    const auto& b = m->blocks[l];
+    const auto layer = static_cast<int64_t>(l);
+    split.qk.push_back(b->attn->wq->weight);
+    split.qk.push_back(b->attn->wk->weight);
+    const std::pair<torch::Tensor, Role> in_block[] = {
+        {b->attn->wq->weight, Role::kWq}, {b->attn->wk->weight, Role::kWk},
+        {b->attn->wv->weight, Role::kWv}, {b->attn->wo->weight, Role::kWo},
+        {b->w1->weight, Role::kW1},       {b->w2->weight, Role::kW2},
+        {b->norm1->gain, Role::kGain},    {b->norm2->gain, Role::kGain}};
+    for (const auto& [w, role] : in_block) {
+      roles.push_back({w, {role, layer}});
+    }
+  }
+  for (const auto& p : split.all()) {
+    auto it = std::find_if(roles.begin(), roles.end(), [&](const auto& r) {
+      return r.first.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
+    });
+    TORCH_CHECK(it != roles.end(), "param_split: a parameter of shape ",
+                p.sizes(), " has no role");
+    split.roles.push_back(it->second);
   }
   split.heads = m->config().heads;
   return split;
