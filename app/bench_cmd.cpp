@@ -54,6 +54,8 @@ void print_line(const std::string& s) {
 int run_bench(const BenchFlags& f) {
   const std::string path =
       f.out.empty() ? twins::fresh_path("runs", "bench", ".json") : f.out;
+  // Before the benchmark runs, not after: a bad --out costs nothing.
+  twins::check_output_file(path, "--out");
   const auto rows = bench::run_bench(f.options, print_line);
   const bench::BenchMachine machine = bench::bench_machine();
   fmt::print("{}\n{}", machine.line(), bench::format_bench_table(rows));

@@ -2,14 +2,21 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "data/task.h"
 #include "twins/spec.h"
 
 namespace app {
+
+namespace {
+std::string real_problem(const std::string& item, double* value);
+std::string seed_problem(const std::string& item, uint64_t* value);
+}  // namespace
 
 CLI::Validator whole_number(int64_t lo, int64_t hi) {
   return CLI::Validator(
@@ -29,14 +36,23 @@ CLI::Validator whole_number(int64_t lo, int64_t hi) {
 CLI::Validator positive_real() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        const bool ok =
-            !text.empty() && end && *end == '\0' && std::isfinite(v) && v > 0;
-        return ok ? std::string()
-                  : fmt::format("{} is not a positive number", text);
+        double v = 0;
+        const std::string problem = real_problem(text, &v);
+        if (!problem.empty())
+          return problem;
+        return v > 0 ? std::string()
+                     : fmt::format("{} is not a positive number", text);
       },
       "POSITIVE");
+}
+
+CLI::Validator seed_number() {
+  return CLI::Validator(
+      [](std::string& text) {
+        uint64_t v = 0;
+        return seed_problem(text, &v);
+      },
+      "");  // the help's UINT says it
 }
 
 void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
@@ -79,7 +95,8 @@ void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
   app.add_option("--data-seed", p.data_seed,
                  "Seed of the mod<p> split / the charlm batch-stream "
                  "generator")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(seed_number());
   app.add_option("--ctx", p.ctx,
                  fmt::format("charlm: context length (characters) "
                              "[default: {}]",
@@ -163,7 +180,7 @@ namespace {
 
 using CLI::ValidationError;
 
-// The elements of a comma-separated `text`; none may be empty.
+// The elements of a comma-separated `text`; none may be empty or repeated.
 std::vector<std::string> split_list(const std::string& flag,
                                     const std::string& text) {
   if (text.empty())
@@ -175,6 +192,11 @@ std::vector<std::string> split_list(const std::string& flag,
     std::string item = text.substr(start, comma - start);
     if (item.empty())
       throw ValidationError(flag, "empty element in '" + text + "'");
+    // Twice is a typo: it would run (or measure) the same thing twice.
+    if (std::find(out.begin(), out.end(), item) != out.end()) {
+      throw ValidationError(flag,
+                            "'" + item + "' appears twice in '" + text + "'");
+    }
     out.push_back(item);
     if (comma == std::string::npos)
       return out;
@@ -191,24 +213,54 @@ std::string name_item(const std::string&, const std::string& item) {
   return item;
 }
 
-uint64_t seed_item(const std::string& flag, const std::string& item) {
-  if (!digits(item, 19)) {
-    throw ValidationError(
-        flag, "'" + item + "' is not a seed (a non-negative integer)");
+// Why `item` is not a seed, or empty when it is one. Every uint64 seeds
+// torch::manual_seed; digits only, so that "-1" is not taken for 2^64 - 1.
+std::string seed_problem(const std::string& item, uint64_t* value) {
+  errno = 0;
+  char* end = nullptr;
+  const bool ok = digits(item, 20);
+  const unsigned long long v = ok ? std::strtoull(item.c_str(), &end, 10) : 0;
+  if (!ok || errno == ERANGE || !end || *end != '\0') {
+    return fmt::format("'{}' is not a seed (a whole number from 0 to {})",
+                       item, std::numeric_limits<uint64_t>::max());
   }
-  return std::stoull(item);
+  *value = v;
+  return "";
+}
+
+uint64_t seed_item(const std::string& flag, const std::string& item) {
+  uint64_t v = 0;
+  const std::string problem = seed_problem(item, &v);
+  if (!problem.empty())
+    throw ValidationError(flag, problem);
+  return v;
+}
+
+// Why `item` is not a finite double, or empty when it is one: out of
+// range (beyond +-1.8e308 or nearer 0 than 2.2e-308 but not 0) is said
+// as such.
+std::string real_problem(const std::string& item, double* value) {
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(item.c_str(), &end);
+  if (item.empty() || !end || *end != '\0' || std::isnan(v) ||
+      item.find_first_of(" \t\n") != std::string::npos)
+    return fmt::format("'{}' is not a number", item);
+  if (errno == ERANGE || std::isinf(v)) {
+    return fmt::format(
+        "'{}' is out of range (a number is 0 or of magnitude {:g} to {:g})",
+        item, std::numeric_limits<double>::min(),
+        std::numeric_limits<double>::max());
+  }
+  *value = v;
+  return "";
 }
 
 double real_item(const std::string& flag, const std::string& item) {
-  size_t used = 0;
   double v = 0;
-  try {
-    v = std::stod(item, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != item.size() || used == 0)
-    throw ValidationError(flag, "'" + item + "' is not a number");
+  const std::string problem = real_problem(item, &v);
+  if (!problem.empty())
+    throw ValidationError(flag, problem);
   return v;
 }
 

@@ -18,14 +18,20 @@ namespace app {
 // to HI" before CLI11 converts it.
 CLI::Validator whole_number(int64_t lo, int64_t hi);
 
-// A real number > 0 and finite.
+// A real number > 0 and finite; beyond a double's range it is "out of
+// range", not "not a number".
 CLI::Validator positive_real();
+
+// A seed: a whole number from 0 to 2^64 - 1, digits only (what the seed
+// lists accept).
+CLI::Validator seed_number();
 
 constexpr int64_t kMaxSteps = 1000000000;  // 1e9: days on any device
 
 // Comma-separated list flags, every one parsed by the same rules: an empty
 // value ("--opt: empty value"), an empty element ("--opt: empty element in
-// 'adam,,sgd'") and an element not of the list's kind ("--init-seed: '4x2'
+// 'adam,,sgd'"), an element given twice ("--rows: 'x' appears twice in
+// 'x,x'") and an element not of the list's kind ("--init-seed: '4x2'
 // is not a seed (a non-negative integer)") are one-line errors naming the
 // flag, at parse time. The list replaces `out` when the flag is given.
 CLI::Option* add_names(CLI::App& app, const std::string& flag,

@@ -23,6 +23,29 @@ std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
+// Why the command line has an empty value ("--opt ''", "--out=", an empty
+// positional), or empty when it has none. CLI11 would take an empty value
+// for "use the default" for some flags (an empty --opt runs every pair);
+// here it is refused for every flag alike, before anything is parsed.
+std::string empty_value(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos &&
+        eq + 1 == arg.size())
+      return arg.substr(0, eq) + ": empty value";
+    if (!arg.empty())
+      continue;
+    const std::string before = i > 1 ? argv[i - 1] : "";
+    return before.rfind("-", 0) == 0
+               ? before + ": empty value"
+               : "argument " + std::to_string(i) +
+                     (before.empty() ? "" : " (after '" + before + "')") +
+                     ": empty value";
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,6 +75,11 @@ int main(int argc, char** argv) {
   // a command that names another command as that command: `table merge`
   // must run the table named merge.
   cli.require_subcommand(0, 1);
+  const std::string empty = empty_value(argc, argv);
+  if (!empty.empty()) {
+    std::fprintf(stderr, "twin-run: error: %s (see --help)\n", empty.c_str());
+    return 2;
+  }
   try {
     cli.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

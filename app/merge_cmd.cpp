@@ -21,13 +21,31 @@ CLI::App* setup_merge(CLI::App& parent, MergeFlags& f) {
   add_steps(*cmd, "--merge-at", f.request.plan.merge_at,
             "Steps at which to merge, comma-separated [default: 1, 100 and "
             "the last step]");
-  cmd->add_option("--models", f.request.models,
-                  "A directory of pairs saved by --save-models (or one saved "
-                  "pair): measure them as saved, without training")
-      ->check(non_empty());
+  CLI::Option* models =
+      cmd->add_option("--models", f.request.models,
+                      "A directory of pairs saved by --save-models (or one "
+                      "saved pair): measure them as saved, without training")
+          ->check(non_empty());
   cmd->add_flag("--plot", f.plot,
                 "Also draw the loss along lambda (gnuplot), one panel per "
                 "optimizer, naive dashed and aligned solid");
+  // Saved pairs are measured as they were saved: a flag that shapes or
+  // trains pairs would be ignored, so it is refused beside --models.
+  cmd->parse_complete_callback([cmd, models] {
+    if (models->count() == 0)
+      return;
+    for (const CLI::Option* o : cmd->get_options()) {
+      const std::string name = o->get_name();
+      if (o != models && o->count() > 0 && name != "--out" &&
+          name != "--plot" && name != "--device" && name != "--quiet" &&
+          name != "--jobs" && name != "--threads" &&
+          name != "--no-memory-check") {
+        throw CLI::ValidationError(
+            name, "does not apply with --models (saved pairs are measured "
+                  "as they were saved)");
+      }
+    }
+  });
   return cmd;
 }
 

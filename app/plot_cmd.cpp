@@ -35,7 +35,7 @@ int run_plot(const PlotFlags& f) {
     tasks.insert(r.result.spec.task);
   }
   const std::string out =
-      !f.out.empty() ? f.out : twins::path_stem(f.files.front()) + ".svg";
+      !f.out.empty() ? f.out : twins::summary_stem(f.files.front()) + ".svg";
   std::string title = "twin-run results:";
   for (const auto& t : tasks)
     title += " " + t;

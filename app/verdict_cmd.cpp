@@ -25,7 +25,8 @@ CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& f) {
   cmd->add_option_function<uint64_t>(
          "--init-seed", [&p](uint64_t seed) { p.init_seeds = {seed}; },
          "Seed of the base model shared by the four pairs")
-      ->default_str(std::to_string(p.init_seeds.front()));
+      ->default_str(std::to_string(p.init_seeds.front()))
+      ->check(seed_number());
   add_engine_flags(*cmd, f.request,
                    "Results file (JSON lines) [default: a new file "
                    "runs/verdict-<task>-<date>-<time>.jsonl]");

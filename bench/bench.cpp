@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <chrono>
@@ -244,8 +245,15 @@ double eager_seconds_per_pair_step(const BenchOptions& options,
   auto j = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
   if (status != 0 || j.is_discarded() || !j.contains("s_per_pair_step")) {
     if (why) {
-      *why =
-          fmt::format("{} failed: {}", script, out.substr(0, out.find('\n')));
+      // A Python that prints nothing (/bin/false) still gets a reason.
+      const std::string first = out.substr(0, out.find('\n'));
+      const std::string reason =
+          !first.empty() ? first
+          : status == -1 || !WIFEXITED(status)
+              ? std::string("it did not run to its end")
+              : fmt::format("{} exited with status {} and printed nothing",
+                            options.python, WEXITSTATUS(status));
+      *why = fmt::format("{} failed: {}", script, reason);
     }
     return -1;
   }

@@ -1,5 +1,7 @@
 #include "data/charlm.h"
 
+#include "data/sha256.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <unistd.h>
 
@@ -68,6 +70,7 @@ Corpus Corpus::load(const std::string& path) {
   TORCH_CHECK(!bytes.empty(), "Corpus '", path, "' is empty");
   Corpus c;
   c.path = path;
+  c.sha256 = sha256_hex(bytes);
   c.codepoints = decode_utf8(bytes, path);
   c.vocab = c.codepoints;
   std::sort(c.vocab.begin(), c.vocab.end());

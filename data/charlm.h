@@ -20,6 +20,7 @@ struct Corpus {
   std::string path;
   std::vector<int32_t> codepoints;  // the text
   std::vector<int32_t> vocab;       // sorted distinct code points
+  std::string sha256;               // of the file's bytes, as sha256sum
 
   static Corpus load(const std::string& path);
 };

@@ -16,8 +16,8 @@ constexpr int64_t kMaxModulus = 4096;
 int64_t parse_modulus(const std::string& name) {
   if (name.size() < 4 || name.compare(0, 3, "mod") != 0)
     return -1;
-  if (name.size() > 12)
-    return -1;  // keeps p^2 far from overflow
+  if (name.size() > 12 || name[3] == '0')
+    return -1;  // keeps p^2 far from overflow; "mod047" is not a name of 47
   int64_t p = 0;
   for (size_t i = 3; i < name.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(name[i])))
@@ -34,7 +34,7 @@ std::string task_family(const std::string& name) {
     return "charlm";
   TORCH_CHECK(parse_modulus(name) >= 2, "Unknown task: '", name,
               "' (expected charlm or mod<p> with 2 <= p <= ", kMaxModulus,
-              ", e.g. mod47)");
+              " written without leading zeros, e.g. mod47)");
   return "mod";
 }
 

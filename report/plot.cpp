@@ -231,6 +231,17 @@ void run_gnuplot(const std::string& gnuplot, const std::string& script) {
               "': ", first.empty() ? "no message" : first, " (log: ", err, ")");
 }
 
+// Every file of `f` (figures, script, its log, data) checked before the
+// first is written: none may be an input, a device, a directory or a link.
+void check_files(const PlotFiles& f) {
+  for (const std::string* path :
+       {&f.drift_figure, &f.qk_figure, &f.script, &f.drift_data, &f.qk_data}) {
+    if (!path->empty())
+      twins::check_output_file(*path, "plot file");
+  }
+  twins::check_output_file(f.script + ".log", "gnuplot log");
+}
+
 void prepare_directory(const std::string& out) {
   twins::make_directories(fs::path(out).parent_path().string());
 }
@@ -278,6 +289,7 @@ PlotFiles one_figure_files(const std::string& out) {
   f.drift_figure = out;
   f.script = stem_of(out) + ".gp";
   f.drift_data = stem_of(out) + ".dat";
+  check_files(f);
   prepare_directory(out);
   return f;
 }
@@ -553,6 +565,7 @@ PlotFiles plot_results(const std::vector<PairResult>& results,
   f.script = stem + ".gp";
   f.drift_data = stem + "-drift.dat";
   f.qk_data = stem + "-qk.dat";
+  check_files(f);
   prepare_directory(out);
   const std::string gp = drift_figure_script(results, f, ext, title) +
                          qk_figure_script(results, f, ext, title);

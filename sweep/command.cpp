@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <thread>
 
 #include "sweep/estimate.h"
+#include "twins/corpus.h"
 #include "twins/device.h"
 #include "twins/io.h"
 #include "twins/snapshot.h"
@@ -37,11 +40,96 @@ std::string results_path(const CommandRequest& r, const std::string& stem) {
              : twins::fresh_path("runs", stem, ".jsonl");
 }
 
+// A pair's numbers must be numbers of its dtype: the learning rate a
+// positive normal value, the noise scale 0 or such that its square (the
+// order of the perturbed attention scores W_Q W_K^T) is finite. Checked
+// before any step, naming the flag and the range.
+void check_ranges(const std::vector<PairSpec>& pairs) {
+  for (const auto& p : pairs) {
+    const bool f32 = p.dtype == torch::kFloat;
+    const double lo = f32 ? std::numeric_limits<float>::min()
+                          : std::numeric_limits<double>::min();
+    const double hi = f32 ? std::numeric_limits<float>::max()
+                          : std::numeric_limits<double>::max();
+    const std::string dtype = twins::dtype_name(p.dtype);
+    TORCH_CHECK(p.lr >= lo && p.lr <= hi, "--lr ", p.lr, " is out of range for ",
+                dtype, " (a learning rate is from ", lo, " to ", hi, ")");
+    const double most = std::sqrt(hi);
+    TORCH_CHECK(p.noise_scale == 0 || (p.noise_scale >= lo && p.noise_scale <= most),
+                "--noise-scale ", p.noise_scale, " is out of range for ",
+                dtype, " (0, or from ", lo, " to ", most,
+                ": its square must be a finite ", dtype, ")");
+  }
+}
+
 // The engine's own checks, then the task's (it reads the corpus once,
-// early): the memory estimate comes before a missing corpus.
-void check_pairs(const std::vector<PairSpec>& pairs, const EngineOptions& e) {
+// early): the memory estimate comes before a missing corpus. A char-LM
+// pair's key then names its corpus's content (twins::bind_corpus).
+void check_pairs(std::vector<PairSpec>& pairs, const EngineOptions& e) {
+  check_ranges(pairs);
   check_run(pairs, e);
   twins::check_task(pairs.front());
+  twins::bind_corpus(pairs);
+}
+
+// What a results file may not be called: the extensions of the files the
+// tool writes beside it (summaries, figures, gnuplot scripts and data).
+bool summary_extension(const std::string& path) {
+  const std::string ext = fs::path(path).extension().string();
+  for (const char* e : {".md", ".csv", ".svg", ".png", ".gp", ".dat"}) {
+    if (ext == e)
+      return true;
+  }
+  return false;
+}
+
+// The summaries of `stem` (report::write_outputs): checked as outputs that
+// replace, so that neither an input nor a device nor a directory is there.
+void check_summaries(const std::string& stem, const std::string& results) {
+  if (stem.empty())
+    return;
+  for (const char* ext : {".md", ".csv"}) {
+    const std::string path = stem + ext;
+    TORCH_CHECK(!twins::same_file(path, results), "Cannot write summary '",
+                path, "': it is the results file '", results, "'");
+    twins::check_output_file(path, "summary");
+  }
+}
+
+// Every output of a command that runs pairs, before its first step: the
+// results file (appended to), its summaries, the --save-models folder.
+void check_outputs(const Prepared& p) {
+  const std::string& results = p.engine.results_path;
+  TORCH_CHECK(!summary_extension(results), "--out '", results,
+              "': a results file is JSON lines (name it .jsonl); ",
+              fs::path(results).extension().string(),
+              " is what the summaries and figures written beside it end in");
+  twins::check_output_file(results, "results file", twins::OutputKind::kAppend);
+  twins::protect_input(results, "the results file");
+  check_summaries(p.outcome.summary_stem, results);
+  if (!p.engine.save_models.empty())
+    twins::check_output_directory(p.engine.save_models, "--save-models");
+}
+
+// Flags given that the plan would not use, refused rather than ignored:
+// the char-LM flags on a mod<p> task, --twin without --opt (which would
+// quietly mean adam).
+void check_applies(const PlanRequest& plan, CommandKind kind) {
+  if (plan.task != "charlm") {
+    const std::pair<const char*, bool> lm_only[] = {
+        {"--data", !plan.corpus.empty()},
+        {"--ctx", plan.ctx != 0},
+        {"--batch", plan.batch != 0}};
+    for (const auto& [flag, given] : lm_only) {
+      TORCH_CHECK(!given, flag, " applies to --task charlm only (this run: "
+                  "--task ", plan.task, ")");
+    }
+  }
+  TORCH_CHECK(kind == CommandKind::kVerdict || plan.twins.empty() ||
+                  !plan.opts.empty(),
+              "--twin ", fmt::format("{}", fmt::join(plan.twins, ",")),
+              " without --opt: name the optimizers (e.g. --opt adam); only "
+              "the seven Table-3 pairs need neither flag");
 }
 
 // ---------------------------------------------------------------------------
@@ -57,6 +145,7 @@ Prepared resolve_plan(const CommandRequest& r) {
     plan.merge_at = default_merge_steps(planned_steps(plan));
   p.pairs = r.kind == CommandKind::kVerdict ? verdict_specs(plan)
                                             : expand(plan);
+  check_applies(plan, r.kind);  // after expand: it names unknown values
   twins::resolve_device(plan.device);
   check_pairs(p.pairs, p.engine);
   const char* prefix = r.kind == CommandKind::kVerdict ? "verdict-"
@@ -70,7 +159,7 @@ Prepared resolve_plan(const CommandRequest& r) {
     job_list.pairs = p.pairs;
     p.outcome.layout = job_list.layout;
     p.outcome.expected = {job_list};
-    p.outcome.summary_stem = twins::path_stem(p.engine.results_path);
+    p.outcome.summary_stem = twins::summary_stem(p.engine.results_path);
   }
   return p;
 }
@@ -113,6 +202,13 @@ Prepared resolve_table(const CommandRequest& r) {
   p.engine = r.engine;
   p.engine.table = table.name;
   p.pairs = shard_of(table.pairs, shard, p.engine.share);
+  if (sharded) {
+    const size_t groups = group_pairs(table.pairs, p.engine.share).size();
+    TORCH_CHECK(!p.pairs.empty(), "--shard ", r.shard, ": ", table.name,
+                " has ", groups, " group(s) of pairs, so shard ", shard.index,
+                " of ", shard.count, " would be empty; use at most ", groups,
+                " shards");
+  }
   check_pairs(p.pairs, p.engine);
   std::string name = config_name(table.name, r.overrides);
   if (sharded)
@@ -135,7 +231,7 @@ Prepared resolve_table(const CommandRequest& r) {
   }
   p.outcome.layout = table.layout;
   p.outcome.expected = {job_list};
-  p.outcome.summary_stem = twins::path_stem(p.engine.results_path);
+  p.outcome.summary_stem = twins::summary_stem(p.engine.results_path);
   return p;
 }
 
@@ -158,6 +254,8 @@ Prepared resolve_saved(const CommandRequest& r) {
     p.pairs.push_back(twins::saved_spec(s));
     saved->emplace(p.pairs.back().key(), std::move(s));
   }
+  std::vector<PairSpec> bound = p.pairs;
+  twins::bind_corpus(bound);  // throws when a corpus changed since
   p.engine = r.engine;
   p.engine.quiet = true;  // nothing trains: no progress to show
   p.engine.results_path = results_path(r, "merge-models");
@@ -169,8 +267,27 @@ Prepared resolve_saved(const CommandRequest& r) {
     }
   };
   p.outcome.layout = "merge";
-  p.outcome.summary_stem = twins::path_stem(p.engine.results_path);
+  p.outcome.summary_stem = twins::summary_stem(p.engine.results_path);
   return p;
+}
+
+// Records of no table must share one setting (task, steps, dtype, device,
+// shape, data): their figures share cells.
+void check_one_setting(const std::vector<StoredRecord>& records) {
+  auto setting = [](const PairSpec& s) {
+    return fmt::format("--task {} --steps {} --dtype {} --device {} --depth {} "
+                       "--d-model {} --heads {} --mlp {} --data-seed {}",
+                       s.task, s.steps, twins::dtype_name(s.dtype), s.device,
+                       s.depth, s.d_model, s.heads, s.mlp, s.data_seed);
+  };
+  const std::string first = setting(records.front().result.spec);
+  for (const auto& rec : records) {
+    const std::string here = setting(rec.result.spec);
+    TORCH_CHECK(here == first, "results file '", rec.file, "', line ",
+                rec.line, ": a record of another setting (", here,
+                ") than the first (", first,
+                "); aggregate records of one setting at a time");
+  }
 }
 
 // table --aggregate: the records of the files, and the job lists they
@@ -196,23 +313,33 @@ CommandOutcome resolve_aggregate(const CommandRequest& r) {
       tables.emplace(config, make_table(t, o));
   }
   std::vector<std::string> configs;
+  std::map<std::string, std::string> config_of;  // table name -> its config
   for (const auto& [config, t] : tables) {
     const Table& first = tables.begin()->second;
     TORCH_CHECK(t.layout == first.layout,
                 "the records belong to tables of different kinds (",
                 first.name, ", ", t.name, "); aggregate them separately");
+    // One table at two settings would share its cells.
+    const auto [it, fresh] = config_of.emplace(t.name, config);
+    TORCH_CHECK(fresh, "the records hold ", t.name, " at two settings (",
+                it->second, ", ", config, "); aggregate them separately");
     out.expected.push_back(t);
     configs.push_back(config);
   }
   if (tables.empty()) {
     TORCH_CHECK(r.layout_of, "aggregate: no way to name the records' layout");
+    check_one_setting(out.run.records);
     out.layout = r.layout_of(out.results());
+    out.notes.push_back(
+        "These records name no table (a plain run): their layout is "
+        "inferred from their pairs, and the paper's figures beside them are "
+        "for the paper's configuration, not necessarily theirs.");
   } else {
     out.layout = tables.begin()->second.layout;
   }
   // One file: its own name. Several: named after their configurations, so
   // that merging the shards of another configuration writes elsewhere.
-  out.summary_stem = twins::path_stem(r.inputs.front());
+  out.summary_stem = twins::summary_stem(r.inputs.front());
   if (r.inputs.size() > 1) {
     const std::string what = !configs.empty()
                                  ? fmt::format("{}", fmt::join(configs, "+"))
@@ -221,6 +348,8 @@ CommandOutcome resolve_aggregate(const CommandRequest& r) {
         (fs::path(r.inputs.front()).parent_path() / (what + "-merged"))
             .string();
   }
+  // read_records marked the inputs: no summary may replace one.
+  check_summaries(out.summary_stem, r.inputs.front());
   return out;
 }
 
@@ -252,6 +381,7 @@ CommandOutcome run_command(const CommandRequest& request) {
   if (request.kind == CommandKind::kAggregate)
     return resolve_aggregate(request);
   Prepared p = resolve(request);
+  check_outputs(p);
   if (!p.engine.quiet) {
     for (const auto& line : p.lines)
       fmt::print(p.engine.log, "{}\n", line);

@@ -11,7 +11,9 @@
 
 #include "sweep/estimate.h"
 #include "sweep/progress.h"
+#include "twins/corpus.h"
 #include "twins/device.h"
+#include "twins/io.h"
 #include "twins/pair.h"
 #include "twins/record.h"
 #include "twins/snapshot.h"
@@ -103,6 +105,9 @@ std::string key_difference(const StoredRecord& r, const PairSpec& spec) {
   if (r.result.spec.merge_at != spec.merge_at) {
     return "was run with other --merge-at steps";
   }
+  const std::string corpus = twins::corpus_difference(r.result.spec, spec);
+  if (!corpus.empty())
+    return corpus;
   return fmt::format("has key '{}', this run '{}'", r.key, spec.key());
 }
 
@@ -173,6 +178,8 @@ std::vector<PairSpec> resume(const std::vector<PairSpec>& pairs,
   out->already = pairs.size() - todo.size();
   if (todo.empty())
     return todo;
+  if (existing.missing_newline)
+    drop_truncated_tail(existing);  // adds the newline; the record stays
   if (existing.truncated_tail) {
     drop_truncated_tail(existing);
     out->dropped_truncated = true;
@@ -188,6 +195,44 @@ std::vector<PairSpec> resume(const std::vector<PairSpec>& pairs,
                o.results_path, out->already, pairs.size(), todo.size());
   }
   return todo;
+}
+
+std::string snapshot_dir(const EngineOptions& o, const PairSpec& spec) {
+  return (fs::path(o.save_models) / twins::snapshot_name(spec)).string();
+}
+
+// --save-models, before the first step: the folder writable, and each
+// pair's snapshot folder absent or a folder (a rerun replaces its files).
+// Says that pairs already recorded are not saved: they do not train again.
+void check_save_targets(const std::vector<PairSpec>& todo, size_t already,
+                        const EngineOptions& o) {
+  if (o.save_models.empty())
+    return;
+  twins::check_output_directory(o.save_models, "--save-models");
+  for (const auto& p : todo) {
+    const std::string dir = snapshot_dir(o, p);
+    std::error_code ec;
+    TORCH_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec),
+                "--save-models: '", dir,
+                "' exists and is not a directory (where pair '",
+                twins::pair_label(p), "' would be saved)");
+    if (fs::is_directory(dir, ec)) {
+      for (const std::string& f :
+           {std::string(twins::kSnapshotSpecFile),
+            std::string(twins::kSnapshotModelFiles[0]),
+            std::string(twins::kSnapshotModelFiles[1])})
+        twins::check_output_file((fs::path(dir) / f).string(), "--save-models");
+    } else {
+      twins::check_output_directory(dir, "--save-models");
+    }
+  }
+  if (already > 0) {
+    fmt::print(o.log,
+               "twin-run: note: --save-models: {} pair(s) already recorded in "
+               "{} do not train again, so their models are not saved; only "
+               "the {} pair(s) run now are\n",
+               already, o.results_path, todo.size());
+  }
 }
 
 // Order: largest groups first, so that with several job slots the longest
@@ -248,11 +293,6 @@ class Slots {
 
   void record(size_t slot, const twins::PairResult& r, int64_t step,
               model::Transformer& ref, model::Transformer& twin) {
-    if (!o_.save_models.empty()) {
-      twins::save_pair(
-          (fs::path(o_.save_models) / twins::snapshot_name(r.spec)).string(),
-          r.spec, step, ref, twin);
-    }
     nlohmann::json j = twins::to_json(r);
     if (!o_.table.empty())
       j["table"] = o_.table;
@@ -261,6 +301,10 @@ class Slots {
       sink_.append(j);
       ++out_->ran;
     }
+    // After the record: a save that fails (a full disk) loses the models,
+    // never the measurement.
+    if (!o_.save_models.empty())
+      twins::save_pair(snapshot_dir(o_, r.spec), r.spec, step, ref, twin);
     progress_.end(slot, r);
   }
 
@@ -304,10 +348,11 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
   check_job_list(pairs, o);
   EngineOutcome out;
   // Validate what is there before creating or locking anything.
-  const size_t first_todo =
-      missing(read_results(o.results_path, /*missing_ok=*/true), pairs).size();
-  out.already = pairs.size() - first_todo;
-  if (first_todo > 0) {
+  const std::vector<PairSpec> first_todo =
+      missing(read_results(o.results_path, /*missing_ok=*/true), pairs);
+  out.already = pairs.size() - first_todo.size();
+  if (!first_todo.empty()) {
+    check_save_targets(first_todo, out.already, o);
     const bool existed = fs::exists(o.results_path);
     FileLock lock(o.results_path);
     const std::vector<PairSpec> todo = resume(pairs, o, &out);

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "twins/io.h"
@@ -32,10 +34,65 @@ void JsonlSink::append(const json& record) {
     TORCH_CHECK(fd_ >= 0, "Cannot open results file '", path_,
                 "': ", std::strerror(errno));
   }
-  twins::write_all(fd_, record.dump() + "\n", path_, "results file");
+  const std::string line = record.dump() + "\n";
+  // Whole lines or nothing: the line and its newline in one write(2), and
+  // on a short write (a full disk) the file cut back to where it was, so
+  // that no reader ever sees half a record.
+  struct stat st {};
+  TORCH_CHECK(::fstat(fd_, &st) == 0, "Cannot write results file '", path_,
+              "': ", std::strerror(errno));
+  ssize_t n = -1;
+  do {
+    n = ::write(fd_, line.data(), line.size());
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(line.size())) {
+    const int err = n < 0 ? errno : ENOSPC;
+    const bool restored = ::ftruncate(fd_, st.st_size) == 0;
+    TORCH_CHECK(false, "Cannot write results file '", path_, "': ",
+                std::strerror(err),
+                restored ? " (the record was not written; the file is as "
+                           "it was)"
+                         : " (and cutting the half record off failed: "
+                           "the next run repairs it)");
+  }
   TORCH_CHECK(::fsync(fd_) == 0, "Cannot sync results file '", path_,
               "': ", std::strerror(errno));
 }
+
+namespace {
+
+// Line `line_no` of results file `path` as a record. When it is not one:
+// throws naming the file and line, or for a `partial` line (the last, with
+// no newline) returns nothing.
+std::optional<StoredRecord> parse_record(const std::string& line,
+                                         int64_t line_no,
+                                         const std::string& path,
+                                         bool partial) {
+  StoredRecord rec;
+  rec.line = line_no;
+  try {
+    rec.json = json::parse(line);
+    TORCH_CHECK(rec.json.is_object() && rec.json.contains("key") &&
+                    rec.json["key"].is_string(),
+                "record has no 'key' field");
+    rec.key = rec.json["key"].get<std::string>();
+    rec.result = twins::from_json(rec.json);
+    rec.file = path;
+  } catch (const json::exception& e) {
+    if (partial)
+      return std::nullopt;
+    TORCH_CHECK(false, "results file '", path, "', line ", line_no,
+                ": not a JSON record (", e.what(), ")");
+  } catch (const c10::Error& e) {
+    if (partial)
+      return std::nullopt;
+    TORCH_CHECK(false, "results file '", path, "', line ", line_no,
+                ": not a twin-run record (", e.what_without_backtrace(), ")");
+  }
+  return rec;
+}
+
+}  // namespace
 
 ResultsFile read_results(const std::string& path, bool missing_ok) {
   ResultsFile out;
@@ -49,6 +106,7 @@ ResultsFile read_results(const std::string& path, bool missing_ok) {
   }
   TORCH_CHECK(S_ISREG(st.st_mode), "results file '", path,
               "' is not a regular file");
+  twins::protect_input(path, "results file");
   const std::string content = twins::read_file(path, "results file");
 
   size_t start = 0;
@@ -59,40 +117,54 @@ ResultsFile read_results(const std::string& path, bool missing_ok) {
     const bool whole = end != std::string::npos;
     const std::string line =
         content.substr(start, (whole ? end : content.size()) - start);
-    if (!whole) {
-      // The sink writes '\n' with the record in one write(2): a line
-      // without it is what a crash mid-write leaves.
-      out.truncated_tail = true;
-      break;
-    }
-    out.whole_bytes = end + 1;
-    start = end + 1;
+    start = whole ? end + 1 : content.size();
+    if (whole)
+      out.whole_bytes = start;
     if (line.find_first_not_of(" \t\r") == std::string::npos) {
       continue;
     }
-    StoredRecord rec;
-    rec.line = line_no;
-    try {
-      rec.json = json::parse(line);
-      TORCH_CHECK(rec.json.is_object() && rec.json.contains("key") &&
-                      rec.json["key"].is_string(),
-                  "record has no 'key' field");
-      rec.key = rec.json["key"].get<std::string>();
-      rec.result = twins::from_json(rec.json);
-      rec.file = path;
-    } catch (const json::exception& e) {
-      TORCH_CHECK(false, "results file '", path, "', line ", line_no,
-                  ": not a JSON record (", e.what(), ")");
-    } catch (const c10::Error& e) {
-      TORCH_CHECK(false, "results file '", path, "', line ", line_no,
-                  ": not a twin-run record (", e.what_without_backtrace(), ")");
+    if (!whole) {
+      // The sink writes '\n' with the record in one write(2): a line
+      // without it is what a crash mid-write leaves, or a complete record
+      // whose newline an editor dropped (kept: it parses).
+      std::optional<StoredRecord> rec = parse_record(line, line_no, path, true);
+      if (rec) {
+        out.records.push_back(std::move(*rec));
+        out.missing_newline = true;
+        break;
+      }
+      // Only in a file of this tool: a user's note or an image (no earlier
+      // record) is not ours to cut.
+      TORCH_CHECK(!out.records.empty(), "results file '", path, "', line ",
+                  line_no,
+                  ": not a JSON record, and no line before it is one: this "
+                  "is not a twin-run results file (nothing was changed); "
+                  "choose another --out");
+      out.truncated_tail = true;
+      break;
     }
-    out.records.push_back(std::move(rec));
+    out.records.push_back(*parse_record(line, line_no, path, false));
   }
+  merge_records({out});  // a repeated key must repeat its numbers
   return out;
 }
 
 void drop_truncated_tail(const ResultsFile& file) {
+  if (file.missing_newline) {
+    // The last record is whole: give it its newline, so that the next
+    // record starts a line of its own.
+    const int fd = ::open(file.path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    TORCH_CHECK(fd >= 0, "Cannot repair results file '", file.path,
+                "': ", std::strerror(errno));
+    try {
+      twins::write_all(fd, "\n", file.path, "results file");
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    return;
+  }
   if (!file.truncated_tail) {
     return;
   }
@@ -101,16 +173,41 @@ void drop_truncated_tail(const ResultsFile& file) {
       "Cannot repair results file '", file.path, "': ", std::strerror(errno));
 }
 
+namespace {
+
+// A record's measurement: what two records of one key must agree on
+// bitwise (docs/output-format.md), the fields of scheduling, the table it
+// was run for and the LibTorch version left out.
+json measurement(const StoredRecord& r) {
+  json j = twins::without_timing(r.json);
+  j.erase("table");
+  j.erase("torch_version");
+  return j;
+}
+
+}  // namespace
+
+void check_same_numbers(const StoredRecord& first, const StoredRecord& again) {
+  TORCH_CHECK(measurement(first) == measurement(again), "results file '",
+              again.file, "', line ", again.line,
+              ": a record of the same key as '", first.file, "', line ",
+              first.line,
+              " with other numbers; records of one key must be bitwise the "
+              "same (another machine or build? see docs/output-format.md)");
+}
+
 std::vector<StoredRecord> merge_records(const std::vector<ResultsFile>& files,
                                         int* duplicates) {
   std::vector<StoredRecord> out;
-  std::set<std::string> seen;
+  std::map<std::string, size_t> seen;  // key -> its record in out
   int dups = 0;
   for (const auto& f : files) {
     for (const auto& r : f.records) {
-      if (seen.insert(r.key).second) {
+      const auto [it, fresh] = seen.emplace(r.key, out.size());
+      if (fresh) {
         out.push_back(r);
       } else {
+        check_same_numbers(out[it->second], r);
         ++dups;
       }
     }
@@ -151,6 +248,7 @@ FileLock::FileLock(const std::string& path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
   TORCH_CHECK(fd_ >= 0, "Cannot open results file '", path,
               "': ", std::strerror(errno));
+  twins::protect_input(path, "the results file");
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd_);

@@ -24,7 +24,9 @@ class JsonlSink {
   JsonlSink& operator=(const JsonlSink&) = delete;
 
   // Writes record.dump() + '\n' in one write(2) and fsyncs; throws naming
-  // the file. Creates the parent directory when missing.
+  // the file. On a short write (ENOSPC, EFBIG) the file is truncated back
+  // to its previous length: it holds whole lines only. Creates the parent
+  // directory when missing.
   void append(const nlohmann::json& record);
   const std::string& path() const { return path_; }
 
@@ -46,21 +48,32 @@ struct ResultsFile {
   std::string path;
   std::vector<StoredRecord> records;  // file order, duplicates kept
   bool truncated_tail = false;        // a last line without '\n' was ignored
+  bool missing_newline = false;       // the last record (kept) lacks '\n'
   uint64_t whole_bytes = 0;           // bytes up to and with the last '\n'
 };
 
 // Reads `path`. Throws "results file 'p' does not exist" (unless
 // missing_ok, then returns an empty file) and "results file 'p', line N:
-// ..." for a line that is not a record, except a truncated last line,
-// which is ignored (its pair counts as not recorded).
+// ..." for a line that is not a record, except a truncated last line after
+// at least one record, which is ignored (its pair counts as not recorded);
+// a last line without '\n' that is a whole record is kept. A file whose
+// only content is such a line is not a results file and is refused, and
+// so is one with two records of a key and different numbers.
+// Marks `path` as an input (twins::protect_input).
 ResultsFile read_results(const std::string& path, bool missing_ok = false);
 
-// Cuts a truncated last line off the file (the crash's half record), so
-// that appending starts on a fresh line. No-op when the file is whole.
+// Cuts a truncated last line off the file (the crash's half record), or
+// adds the newline a whole last record lacks, so that appending starts on a
+// fresh line. No-op when the file is whole.
 void drop_truncated_tail(const ResultsFile& file);
 
+// Throws naming both lines unless `again`, a record of the key of `first`,
+// has the same numbers (all fields but the run's timing and table).
+void check_same_numbers(const StoredRecord& first, const StoredRecord& again);
+
 // The records of several files in order, each key once: a later record of
-// a key already seen is dropped and counted in *duplicates.
+// a key already seen is dropped and counted in *duplicates; one with other
+// numbers than the first throws (check_same_numbers).
 std::vector<StoredRecord> merge_records(const std::vector<ResultsFile>& files,
                                         int* duplicates = nullptr);
 

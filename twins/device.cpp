@@ -19,6 +19,14 @@ torch::Device resolve_device(const std::string& name) {
   if (name == "cpu") return torch::kCPU;
   TORCH_CHECK(name == "cuda" || name.rfind("cuda:", 0) == 0,
               "Unknown device: '", name, "' (known: cpu, cuda, cuda:N)");
+  // The index before asking for CUDA: "cuda:abc" is a typo on any machine.
+  const std::string index = name.size() > 5 ? name.substr(5) : "";
+  TORCH_CHECK(name == "cuda" ||
+                  (!index.empty() && index.size() <= 2 &&
+                   index.find_first_not_of("0123456789") == std::string::npos),
+              "--device '", name,
+              "': malformed device index (expected cuda:N, N a whole number "
+              "from 0 to 99)");
   TORCH_CHECK(torch::cuda::is_available(), "--device ", name,
               ": this build of LibTorch (", TORCH_VERSION,
               ") has no CUDA support or sees no GPU; rebuild against a CUDA "

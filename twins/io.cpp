@@ -3,12 +3,16 @@
 #include <c10/util/Exception.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace twins {
 
@@ -20,7 +24,158 @@ std::string describe(const std::string& what, const std::string& path) {
   return what.empty() ? "'" + path + "'" : what + " '" + path + "'";
 }
 
+// What a file that is not a regular one is, in words.
+const char* file_kind(const struct stat& st) {
+  if (S_ISREG(st.st_mode))
+    return "a file";
+  if (S_ISDIR(st.st_mode))
+    return "a directory";
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
+    return "a device";
+  if (S_ISFIFO(st.st_mode))
+    return "a pipe";
+  if (S_ISSOCK(st.st_mode))
+    return "a socket";
+  return "not a regular file";
+}
+
+// The inputs of this process (protect_input), by device and inode, with
+// the words that name each.
+struct Inputs {
+  std::mutex mutex;
+  std::map<std::pair<dev_t, ino_t>, std::string> names;
+};
+
+Inputs& inputs() {
+  static Inputs in;
+  return in;
+}
+
+// The name protect_input gave the file `st` describes; empty when it is
+// not an input.
+std::string input_name(const struct stat& st) {
+  Inputs& in = inputs();
+  std::lock_guard<std::mutex> lock(in.mutex);
+  const auto it = in.names.find({st.st_dev, st.st_ino});
+  return it == in.names.end() ? "" : it->second;
+}
+
+// Throws unless `path` is absent or (following a link only for kAppend) a
+// regular file, and for kReplace not an input of this process; returns
+// whether it exists.
+bool check_existing(const std::string& path, const std::string& what,
+                    OutputKind kind) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    TORCH_CHECK(errno == ENOENT, "Cannot write ", describe(what, path), ": ",
+                std::strerror(errno));
+    return false;
+  }
+  if (S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    const std::string target = fs::read_symlink(path, ec).string();
+    // A rename over a link replaces the link, not what it names: the
+    // user's file elsewhere would silently stay as it was.
+    TORCH_CHECK(kind == OutputKind::kAppend, "Cannot write ",
+                describe(what, path), ": it is a symbolic link (to '", target,
+                "'), which a save would replace; name the file itself");
+    TORCH_CHECK(::stat(path.c_str(), &st) == 0, "Cannot write ",
+                describe(what, path), ": it is a symbolic link to '", target,
+                "', which does not exist");
+  }
+  TORCH_CHECK(S_ISREG(st.st_mode), "Cannot write ", describe(what, path),
+              ": it is ", file_kind(st), ", not a regular file");
+  if (kind == OutputKind::kReplace) {
+    const std::string input = input_name(st);
+    TORCH_CHECK(input.empty(), "Cannot write ", describe(what, path),
+                ": it is ", input,
+                ", an input of this command; choose another output name");
+  }
+  TORCH_CHECK(::access(path.c_str(), W_OK) == 0, "Cannot write ",
+              describe(what, path), ": ", std::strerror(errno));
+  return true;
+}
+
+// The nearest existing directory at or above `dir` ("." for a relative
+// path whose first component is missing); throws when what exists there is
+// not a directory.
+fs::path existing_ancestor(fs::path dir, const std::string& what,
+                           const std::string& path) {
+  if (dir.empty())
+    dir = ".";
+  while (true) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0) {
+      TORCH_CHECK(S_ISDIR(st.st_mode), "Cannot write ", describe(what, path),
+                  ": '", dir.string(), "' is ", file_kind(st),
+                  ", not a directory");
+      return dir;
+    }
+    TORCH_CHECK(errno == ENOENT, "Cannot write ", describe(what, path), ": '",
+                dir.string(), "': ", std::strerror(errno));
+    dir = dir.has_parent_path() && dir.parent_path() != dir
+              ? dir.parent_path()
+              : fs::path(".");
+  }
+}
+
+void check_directory_writable(const fs::path& dir, const std::string& what,
+                              const std::string& path) {
+  const fs::path at = existing_ancestor(dir, what, path);
+  TORCH_CHECK(::access(at.c_str(), W_OK | X_OK) == 0, "Cannot write ",
+              describe(what, path), ": directory '", at.string(), "': ",
+              std::strerror(errno));
+}
+
 }  // namespace
+
+void protect_input(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return;  // nothing there to overwrite
+  Inputs& in = inputs();
+  std::lock_guard<std::mutex> lock(in.mutex);
+  in.names.emplace(std::make_pair(st.st_dev, st.st_ino), describe(what, path));
+}
+
+void check_output_file(const std::string& path, const std::string& what,
+                       OutputKind kind) {
+  TORCH_CHECK(!path.empty(), what.empty() ? "output" : what,
+              ": empty file name");
+  const bool exists = check_existing(path, what, kind);
+  // Appending to a file that is there needs only the file; creating or
+  // replacing one needs its directory.
+  if (!exists || kind == OutputKind::kReplace)
+    check_directory_writable(fs::path(path).parent_path(), what, path);
+}
+
+void check_output_directory(const std::string& dir, const std::string& what) {
+  TORCH_CHECK(!dir.empty(), what, ": empty directory name");
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0) {
+    TORCH_CHECK(S_ISDIR(st.st_mode), "Cannot write ", describe(what, dir),
+                ": it is ", file_kind(st), ", not a directory");
+  }
+  check_directory_writable(fs::path(dir), what, dir);
+}
+
+std::string resolved_path(const std::string& path) {
+  std::error_code ec;
+  const fs::path abs = fs::absolute(path, ec);
+  const fs::path resolved = fs::weakly_canonical(ec ? fs::path(path) : abs, ec);
+  return (ec ? abs : resolved).lexically_normal().string();
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  const bool ea = ::stat(a.c_str(), &sa) == 0;
+  const bool eb = ::stat(b.c_str(), &sb) == 0;
+  if (ea && eb)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea != eb)
+    return false;
+  return resolved_path(a) == resolved_path(b);
+}
 
 std::string read_file(const std::string& path, const std::string& what) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -69,6 +224,7 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   const fs::path dir =
       target.has_parent_path() ? target.parent_path() : fs::path(".");
   make_directories(dir.string());
+  check_existing(path, "", OutputKind::kReplace);
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
   const int fd =
       ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -84,6 +240,13 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   }
   const bool closed = ::close(fd) == 0;
   const int err = errno;
+  try {
+    // Again just before the rename: the path may have changed meanwhile.
+    check_existing(path, "", OutputKind::kReplace);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
   if (!closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = closed ? errno : err;
     std::remove(tmp.c_str());
@@ -104,6 +267,11 @@ void write_text_atomically(const std::string& path, const std::string& text) {
 std::string path_stem(const std::string& path) {
   const fs::path p(path);
   return (p.parent_path() / p.stem()).string();
+}
+
+std::string summary_stem(const std::string& results) {
+  return fs::path(results).extension() == ".jsonl" ? path_stem(results)
+                                                   : results;
 }
 
 std::string shell_quoted(const std::string& s) {

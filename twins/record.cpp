@@ -191,6 +191,8 @@ json spec_to_json(const PairSpec& s) {
     j["ctx"] = s.ctx;
     j["batch"] = s.batch;
     j["corpus"] = s.corpus.empty() ? "tinyshakespeare" : s.corpus;
+    if (!s.corpus_sha256.empty())
+      j["corpus_sha256"] = s.corpus_sha256;
   }
   j["model"] = {{"depth", s.depth},
                 {"d_model", s.d_model},
@@ -238,6 +240,8 @@ PairSpec spec_from_json(const json& j) {
     if (s.corpus == "tinyshakespeare")
       s.corpus.clear();  // the shipped one
   }
+  if (j.contains("corpus_sha256"))
+    s.corpus_sha256 = text(j["corpus_sha256"], "corpus_sha256");
   if (j.contains("merge_at")) {
     TORCH_CHECK(j["merge_at"].is_array(), "field 'merge_at' is not an array");
     for (const json& v : j["merge_at"]) {

@@ -62,6 +62,12 @@ std::string merge_text(const std::vector<int64_t>& steps) {
   return steps.empty() ? "" : fmt::format("|merge={}", fmt::join(steps, ","));
 }
 
+// The corpus by content (a char-LM pair bound by twins::bind_corpus):
+// another text under the same name is another key.
+std::string corpus_text(const PairSpec& s) {
+  return s.corpus_sha256.empty() ? "" : "|sha256=" + s.corpus_sha256;
+}
+
 }  // namespace
 
 std::string PairSpec::pair_id() const {
@@ -75,7 +81,8 @@ std::string PairSpec::pair_id() const {
 
 std::string PairSpec::key() const {
   return pair_id() + fmt::format("|hp={}", hparams_text(hparams)) +
-         merge_text(merge_at) + fmt::format("|schema={}", kRecordSchema);
+         merge_text(merge_at) + corpus_text(*this) +
+         fmt::format("|schema={}", kRecordSchema);
 }
 
 std::string PairSpec::reference_key() const {

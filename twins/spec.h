@@ -63,6 +63,7 @@ struct PairSpec {
   int64_t ctx = 128;   // context length
   int64_t batch = 32;  // windows per step
   std::string corpus;  // text file; empty = shipped corpus
+  std::string corpus_sha256;  // its content (twins::bind_corpus); in key()
   // Checkpoints at which the pair also measures head merging
   // (docs/protocol.md §9); empty: none.
   std::vector<int64_t> merge_at;
