@@ -1,0 +1,277 @@
+// `import twins`: the protocol from Python (docs/extending.md). The glue
+// between Python's arguments and the engine every command uses
+// (sweep::expand / sweep::verdict_specs -> sweep::run_sweep -> report::judge)
+// is this file alone; the rules themselves go through bridge.h like
+// twin-run's. The GIL is released while the engine runs, so that the pairs'
+// C++ training and their Python steps (which take it back) can proceed.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <optional>
+
+#include "bridge/bridge.h"
+#include "bridge/python.h"
+#include "report/verdict.h"
+#include "sweep/engine.h"
+#include "sweep/plan.h"
+#include "sweep/tables.h"
+
+namespace py = pybind11;
+namespace fs = std::filesystem;
+
+namespace {
+
+// What twins.run and twins.verdict share: the rule, the pair's settings,
+// the engine's.
+struct Call {
+  std::string opt;  // the registered name
+  sweep::PlanRequest request;
+  std::string out;  // results file; empty: a temporary one
+  int jobs = 1;
+  int threads = 1;
+  bool progress = false;
+};
+
+std::string json_text(const py::object& args) {
+  if (args.is_none())
+    return "";
+  return py::module_::import("json").attr("dumps")(args).cast<std::string>();
+}
+
+// The registered name of `opt`: a built-in name as it is, a py: / torch:
+// name resolved, a class or factory registered as a python: rule.
+std::string rule_name(const py::object& opt, const py::object& args) {
+  const std::string args_json = json_text(args);
+  if (py::isinstance<py::str>(opt)) {
+    const std::string name = opt.cast<std::string>();
+    if (bridge::is_python_rule(name)) {
+      py::gil_scoped_release release;  // resolve_rule takes it as needed
+      return bridge::resolve_rule(name, args_json);
+    }
+    TORCH_CHECK(args_json.empty(), "twins: args apply to a Python rule, not "
+                "to the built-in '", name, "' (its hyperparameters are fixed)");
+    return name;
+  }
+  return bridge::register_callable(opt, args_json, 0);
+}
+
+Call make_call(const py::object& opt, const py::object& args,
+               const std::string& task, std::optional<int64_t> steps,
+               std::optional<double> lr, std::optional<std::string> dtype,
+               uint64_t init_seed, const std::string& device,
+               std::optional<int64_t> depth, std::optional<int64_t> d_model,
+               std::optional<int64_t> heads, std::optional<int64_t> mlp,
+               uint64_t data_seed, std::optional<std::string> out, int jobs,
+               int threads, bool progress) {
+  Call c;
+  c.opt = rule_name(opt, args);
+  sweep::PlanRequest& r = c.request;
+  r.task = task;
+  r.opts = {c.opt};
+  r.init_seeds = {init_seed};
+  r.steps = steps.value_or(0);
+  r.lr = lr.value_or(0);
+  r.dtype = dtype.value_or("");
+  r.device = device;
+  r.depth = depth.value_or(0);
+  r.d_model = d_model.value_or(0);
+  r.heads = heads.value_or(0);
+  r.mlp = mlp.value_or(0);
+  r.data_seed = data_seed;
+  c.out = out.value_or("");
+  c.jobs = jobs;
+  c.threads = threads;
+  c.progress = progress;
+  return c;
+}
+
+// Runs `specs` as twin-run does; the records as written, in job order.
+std::vector<sweep::StoredRecord> run_specs(
+    const std::vector<twins::PairSpec>& specs, const Call& c) {
+  std::string path = c.out;
+  std::string temp_dir;
+  if (path.empty()) {
+    std::string templ = (fs::temp_directory_path() / "twins-XXXXXX").string();
+    TORCH_CHECK(mkdtemp(templ.data()), "twins: cannot create a directory in ",
+                fs::temp_directory_path().string());
+    temp_dir = templ;
+    path = (fs::path(temp_dir) / "records.jsonl").string();
+  }
+  sweep::EngineOptions o;
+  o.results_path = path;
+  o.jobs = c.jobs;
+  o.threads = c.threads;
+  o.quiet = !c.progress;
+  std::vector<sweep::StoredRecord> records;
+  try {
+    py::gil_scoped_release release;
+    sweep::check_run(specs, o);
+    bridge::check_rule(specs.front());
+    records = sweep::run_sweep(specs, o).records;
+  } catch (...) {
+    if (!temp_dir.empty())
+      fs::remove_all(temp_dir);
+    throw;
+  }
+  if (!temp_dir.empty())
+    fs::remove_all(temp_dir);
+  return records;
+}
+
+py::list records_of(const std::vector<sweep::StoredRecord>& records) {
+  py::object loads = py::module_::import("json").attr("loads");
+  py::list out;
+  for (const auto& r : records)
+    out.append(loads(r.json.dump()));
+  return out;
+}
+
+const char* class_name(report::VerdictClass v) {
+  switch (v) {
+    case report::VerdictClass::kEquivariant:
+      return "equivariant";
+    case report::VerdictClass::kBasisDependent:
+      return "basis-dependent";
+    case report::VerdictClass::kInvalid:
+      return "invalid";
+    case report::VerdictClass::kUndetermined:
+      return "undetermined";
+  }
+  return "?";
+}
+
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(twins, m) {
+  m.doc() =
+      "The attention-twin protocol (docs/protocol.md) from Python: "
+      "twins.verdict(rule) and twins.run(rule). A rule is a built-in name "
+      "('adam'), a torch.optim name ('torch:Adam'), a file rule "
+      "('py:FILE.py:NAME'), or a torch.optim.Optimizer subclass or factory "
+      "defined in Python, built as rule(param_groups, lr=lr, **args); the "
+      "named parameter groups are described in docs/extending.md.";
+  py::module_::import("torch");  // the tensor type the rules receive
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p)
+        std::rethrow_exception(p);
+    } catch (const c10::Error& e) {
+      PyErr_SetString(PyExc_RuntimeError,
+                      first_line(e.what_without_backtrace()).c_str());
+    }
+  });
+
+  m.def(
+      "resolve",
+      [](const py::object& opt, const py::object& args) {
+        return rule_name(opt, args);
+      },
+      py::arg("opt"), py::arg("args") = py::none(),
+      "The registered name of a rule (its identity in the records).");
+
+  m.def(
+      "run",
+      [](const py::object& opt, const std::vector<std::string>& twin_kinds,
+         const py::object& args, const std::string& task,
+         std::optional<int64_t> steps, std::optional<double> lr,
+         std::optional<std::string> dtype, uint64_t init_seed,
+         std::vector<uint64_t> twin_seeds, std::vector<double> noise_scales,
+         const std::string& device, std::optional<int64_t> depth,
+         std::optional<int64_t> d_model, std::optional<int64_t> heads,
+         std::optional<int64_t> mlp, uint64_t data_seed,
+         std::optional<std::string> out, int jobs, int threads,
+         bool progress) {
+        Call c = make_call(opt, args, task, steps, lr, dtype, init_seed,
+                           device, depth, d_model, heads, mlp, data_seed, out,
+                           jobs, threads, progress);
+        c.request.twins = twin_kinds;
+        c.request.twin_seeds = twin_seeds;
+        if (!noise_scales.empty())
+          c.request.noise_scales = noise_scales;
+        return records_of(run_specs(sweep::expand(c.request), c));
+      },
+      py::arg("opt"), py::kw_only(),
+      py::arg("twins") = std::vector<std::string>{"gauge"},
+      py::arg("args") = py::none(), py::arg("task") = "mod47",
+      py::arg("steps") = py::none(), py::arg("lr") = py::none(),
+      py::arg("dtype") = py::none(), py::arg("init_seed") = 42,
+      py::arg("twin_seeds") = std::vector<uint64_t>{},
+      py::arg("noise_scales") = std::vector<double>{},
+      py::arg("device") = "cpu", py::arg("depth") = py::none(),
+      py::arg("d_model") = py::none(), py::arg("heads") = py::none(),
+      py::arg("mlp") = py::none(), py::arg("data_seed") = 42,
+      py::arg("out") = py::none(), py::arg("jobs") = 1,
+      py::arg("threads") = 1, py::arg("progress") = false,
+      "Trains the pairs of `opt` (one per twin kind, seed and noise scale) "
+      "and returns their records as dicts, the JSONL schema of "
+      "docs/output-format.md. With out=PATH the records go there and a "
+      "rerun resumes; without, a temporary file is used.");
+
+  m.def(
+      "verdict",
+      [](const py::object& opt, const py::object& args,
+         const std::string& task, std::optional<int64_t> steps,
+         std::optional<double> lr, std::optional<std::string> dtype,
+         uint64_t init_seed, const std::string& device,
+         std::optional<int64_t> depth, std::optional<int64_t> d_model,
+         std::optional<int64_t> heads, std::optional<int64_t> mlp,
+         uint64_t data_seed, std::optional<std::string> out, int jobs,
+         int threads, bool progress) {
+        const Call c = make_call(opt, args, task, steps, lr, dtype, init_seed,
+                                 device, depth, d_model, heads, mlp,
+                                 data_seed, out, jobs, threads, progress);
+        const auto stored = run_specs(sweep::verdict_specs(c.request), c);
+        std::vector<twins::PairResult> results;
+        for (const auto& r : stored)
+          results.push_back(r.result);
+        const report::Verdict v = report::judge(results);
+        const optim::Equivariance predicted =
+            optim::find_optimizer(c.opt).predicted;
+        py::dict d;
+        d["opt"] = v.opt;
+        d["verdict"] = report::verdict_label(v);
+        d["class"] = class_name(v.verdict);
+        d["chaotic"] = v.chaotic;
+        d["predicted"] = optim::to_string(predicted);
+        d["as_predicted"] = report::as_predicted(v, predicted);
+        d["identity_max"] = v.identity_max;
+        d["onset_step"] = v.onset_step;
+        d["gauge_onset"] = v.gauge_onset;
+        d["noise_onset"] = v.noise_onset;
+        d["onset_ratio"] = v.onset_ratio;
+        d["gauge_step1"] = v.gauge_step1;
+        d["noise_step1"] = v.noise_step1;
+        d["onset_ratio_step1"] = v.onset_ratio_step1;
+        d["early_ratio"] = v.early_ratio;
+        d["early_step"] = v.early_step;
+        d["gauge_final"] = v.gauge_final;
+        d["noise_final"] = v.noise_final;
+        d["track_decades"] = v.track_decades;
+        d["note"] = v.note;
+        d["line"] = report::format_verdict_line(v);
+        d["records"] = records_of(stored);
+        return d;
+      },
+      py::arg("opt"), py::kw_only(), py::arg("args") = py::none(),
+      py::arg("task") = "mod47", py::arg("steps") = py::none(),
+      py::arg("lr") = py::none(), py::arg("dtype") = py::none(),
+      py::arg("init_seed") = 42, py::arg("device") = "cpu",
+      py::arg("depth") = py::none(), py::arg("d_model") = py::none(),
+      py::arg("heads") = py::none(), py::arg("mlp") = py::none(),
+      py::arg("data_seed") = 42, py::arg("out") = py::none(),
+      py::arg("jobs") = 1, py::arg("threads") = 2,
+      py::arg("progress") = false,
+      "The equivariance verdict of `opt` (docs/protocol.md §10): its gauge, "
+      "identity, noise 1e-7 and noise 1e-5 twins, judged. Returns a dict: "
+      "verdict (the label), class, predicted, as_predicted, the figures it "
+      "rests on, line (twin-run verdict's line) and records.");
+}
