@@ -4,11 +4,10 @@
 // is this file alone; the rules themselves go through bridge.h like
 // twin-run's. The GIL is released while the engine runs, so that the pairs'
 // C++ training and their Python steps (which take it back) can proceed.
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
-
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -53,8 +52,10 @@ std::string rule_name(const py::object& opt, const py::object& args) {
       py::gil_scoped_release release;  // resolve_rule takes it as needed
       return bridge::resolve_rule(name, args_json);
     }
-    TORCH_CHECK(args_json.empty(), "twins: args apply to a Python rule, not "
-                "to the built-in '", name, "' (its hyperparameters are fixed)");
+    TORCH_CHECK(args_json.empty(),
+                "twins: args apply to a Python rule, not "
+                "to the built-in '",
+                name, "' (its hyperparameters are fixed)");
     return name;
   }
   return bridge::register_callable(opt, args_json, 0);
@@ -188,11 +189,10 @@ PYBIND11_MODULE(twins, m) {
          const std::string& device, std::optional<int64_t> depth,
          std::optional<int64_t> d_model, std::optional<int64_t> heads,
          std::optional<int64_t> mlp, uint64_t data_seed,
-         std::optional<std::string> out, int jobs, int threads,
-         bool progress) {
-        Call c = make_call(opt, args, task, steps, lr, dtype, init_seed,
-                           device, depth, d_model, heads, mlp, data_seed, out,
-                           jobs, threads, progress);
+         std::optional<std::string> out, int jobs, int threads, bool progress) {
+        Call c = make_call(opt, args, task, steps, lr, dtype, init_seed, device,
+                           depth, d_model, heads, mlp, data_seed, out, jobs,
+                           threads, progress);
         c.request.twins = twin_kinds;
         c.request.twin_seeds = twin_seeds;
         if (!noise_scales.empty())
@@ -209,8 +209,8 @@ PYBIND11_MODULE(twins, m) {
       py::arg("device") = "cpu", py::arg("depth") = py::none(),
       py::arg("d_model") = py::none(), py::arg("heads") = py::none(),
       py::arg("mlp") = py::none(), py::arg("data_seed") = 42,
-      py::arg("out") = py::none(), py::arg("jobs") = 1,
-      py::arg("threads") = 1, py::arg("progress") = false,
+      py::arg("out") = py::none(), py::arg("jobs") = 1, py::arg("threads") = 1,
+      py::arg("progress") = false,
       "Trains the pairs of `opt` (one per twin kind, seed and noise scale) "
       "and returns their records as dicts, the JSONL schema of "
       "docs/output-format.md. With out=PATH the records go there and a "
@@ -218,17 +218,16 @@ PYBIND11_MODULE(twins, m) {
 
   m.def(
       "verdict",
-      [](const py::object& opt, const py::object& args,
-         const std::string& task, std::optional<int64_t> steps,
-         std::optional<double> lr, std::optional<std::string> dtype,
-         uint64_t init_seed, const std::string& device,
-         std::optional<int64_t> depth, std::optional<int64_t> d_model,
-         std::optional<int64_t> heads, std::optional<int64_t> mlp,
-         uint64_t data_seed, std::optional<std::string> out, int jobs,
-         int threads, bool progress) {
+      [](const py::object& opt, const py::object& args, const std::string& task,
+         std::optional<int64_t> steps, std::optional<double> lr,
+         std::optional<std::string> dtype, uint64_t init_seed,
+         const std::string& device, std::optional<int64_t> depth,
+         std::optional<int64_t> d_model, std::optional<int64_t> heads,
+         std::optional<int64_t> mlp, uint64_t data_seed,
+         std::optional<std::string> out, int jobs, int threads, bool progress) {
         const Call c = make_call(opt, args, task, steps, lr, dtype, init_seed,
-                                 device, depth, d_model, heads, mlp,
-                                 data_seed, out, jobs, threads, progress);
+                                 device, depth, d_model, heads, mlp, data_seed,
+                                 out, jobs, threads, progress);
         const auto stored = run_specs(sweep::verdict_specs(c.request), c);
         std::vector<twins::PairResult> results;
         for (const auto& r : stored)
@@ -268,8 +267,7 @@ PYBIND11_MODULE(twins, m) {
       py::arg("depth") = py::none(), py::arg("d_model") = py::none(),
       py::arg("heads") = py::none(), py::arg("mlp") = py::none(),
       py::arg("data_seed") = 42, py::arg("out") = py::none(),
-      py::arg("jobs") = 1, py::arg("threads") = 2,
-      py::arg("progress") = false,
+      py::arg("jobs") = 1, py::arg("threads") = 2, py::arg("progress") = false,
       "The equivariance verdict of `opt` (docs/protocol.md §10): its gauge, "
       "identity, noise 1e-7 and noise 1e-5 twins, judged. Returns a dict: "
       "verdict (the label), class, predicted, as_predicted, the figures it "

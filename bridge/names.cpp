@@ -127,8 +127,7 @@ Parsed parse(const std::string& name) {
 }
 
 std::string read_file(const std::string& path, const std::string& rule) {
-  TORCH_CHECK(fs::is_regular_file(path), rule, ": no such file '", path,
-              "'");
+  TORCH_CHECK(fs::is_regular_file(path), rule, ": no such file '", path, "'");
   std::ifstream in(path, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
@@ -183,7 +182,8 @@ bool is_python_rule(const std::string& name) {
          starts_with(name, kCallablePrefix);
 }
 
-std::string resolve_rule(const std::string& name, const std::string& args_json) {
+std::string resolve_rule(const std::string& name,
+                         const std::string& args_json) {
   TORCH_CHECK(is_python_rule(name), "Not a Python rule name: '", name,
               "' (torch:NAME or py:FILE.py:NAME)");
   if (starts_with(name, kCallablePrefix) && optim::has_optimizer(name) &&
@@ -200,10 +200,10 @@ std::string resolve_rule(const std::string& name, const std::string& args_json) 
   double lr = 0;
   if (p.args.contains("lr")) {
     const json& v = p.args["lr"];
-    TORCH_CHECK(v.is_number() && v.get<double>() > 0 &&
-                    std::isfinite(v.get<double>()),
-                "Invalid learning rate in the arguments of '", name,
-                "': ", v.dump(), " (must be a positive number)");
+    TORCH_CHECK(
+        v.is_number() && v.get<double>() > 0 && std::isfinite(v.get<double>()),
+        "Invalid learning rate in the arguments of '", name, "': ", v.dump(),
+        " (must be a positive number)");
     lr = v.get<double>();
     p.args.erase("lr");
   }
@@ -226,17 +226,18 @@ std::string resolve_rule(const std::string& name, const std::string& args_json) 
       py::object optim_module = py::module_::import("torch.optim");
       py::object base = optim_module.attr("Optimizer");
       py::object cls = py::getattr(optim_module, p.target.c_str(), py::none());
-      const bool is_class =
-          py::isinstance<py::type>(cls) && PyObject_IsSubclass(cls.ptr(), base.ptr()) == 1 &&
-          !cls.is(base);
+      const bool is_class = py::isinstance<py::type>(cls) &&
+                            PyObject_IsSubclass(cls.ptr(), base.ptr()) == 1 &&
+                            !cls.is(base);
       if (!is_class) {
         std::string known;
-        for (const auto& n : py::list(py::module_::import("builtins").attr(
-                 "dir")(optim_module))) {
+        for (const auto& n : py::list(
+                 py::module_::import("builtins").attr("dir")(optim_module))) {
           py::object c = optim_module.attr(n);
           if (py::isinstance<py::type>(c) &&
               PyObject_IsSubclass(c.ptr(), base.ptr()) == 1 && !c.is(base))
-            known += (known.empty() ? "" : ", ") + py::str(n).cast<std::string>();
+            known +=
+                (known.empty() ? "" : ", ") + py::str(n).cast<std::string>();
         }
         TORCH_CHECK(false, "Unknown torch.optim optimizer: '", p.target,
                     "' in '", name, "' (torch ",
@@ -258,8 +259,8 @@ std::string resolve_rule(const std::string& name, const std::string& args_json) 
       try {
         opt = cls(params, **kwargs);
       } catch (const py::error_already_set& e) {
-        TORCH_CHECK(false, rule->name, ": rejected its arguments: ",
-                    python_error(e));
+        TORCH_CHECK(false, rule->name,
+                    ": rejected its arguments: ", python_error(e));
       }
       hparams = numeric_hparams(opt.attr("defaults"));
       predicted = torch_prediction(p.target);
@@ -297,14 +298,11 @@ std::string resolve_rule(const std::string& name, const std::string& args_json) 
       if (lr <= 0)
         lr = signature_lr(fn);
       predicted = stated_prediction(fn, predicted, name);
-      hparams = numeric_hparams(
-          py::module_::import("json").attr("loads")(
-              rule->args_json.empty() ? std::string("{}") : rule->args_json));
-      summary = fmt::format("Python rule {} from {} (sha256 {}){}", p.target,
-                            rule->path, hash,
-                            rule->args_json.empty()
-                                ? ""
-                                : " with " + rule->args_json);
+      hparams = numeric_hparams(py::module_::import("json").attr("loads")(
+          rule->args_json.empty() ? std::string("{}") : rule->args_json));
+      summary = fmt::format(
+          "Python rule {} from {} (sha256 {}){}", p.target, rule->path, hash,
+          rule->args_json.empty() ? "" : " with " + rule->args_json);
     }
   } catch (const py::error_already_set& e) {
     TORCH_CHECK(false, name, ": ", python_error(e));
@@ -355,7 +353,8 @@ std::string register_callable(const py::object& fn,
   py::object builtins = py::module_::import("builtins");
   std::string identity;
   try {
-    identity = py::module_::import("inspect").attr("getsource")(fn)
+    identity = py::module_::import("inspect")
+                   .attr("getsource")(fn)
                    .cast<std::string>();
   } catch (const py::error_already_set&) {
     py::list codes;
@@ -402,20 +401,19 @@ std::string register_callable(const py::object& fn,
   // Python destroys them with its interpreter; the registry holds names.
   py::object sys_modules = py::module_::import("sys").attr("modules");
   if (!sys_modules.contains("_twins_rules")) {
-    py::object m = py::module_::import("types").attr("ModuleType")("_twins_rules");
+    py::object m =
+        py::module_::import("types").attr("ModuleType")("_twins_rules");
     m.attr("rules") = py::dict();
     sys_modules["_twins_rules"] = m;
   }
   sys_modules["_twins_rules"].attr("rules")[rule->name.c_str()] = fn;
   if (lr <= 0)
     lr = signature_lr(fn);
-  const auto predicted = stated_prediction(
-      fn, optim::Equivariance::kBasisDependent, rule->name);
-  const std::string summary = fmt::format("Python rule {}.{}{}", module,
-                                          qualname,
-                                          rule->args_json.empty()
-                                              ? ""
-                                              : " with " + rule->args_json);
+  const auto predicted =
+      stated_prediction(fn, optim::Equivariance::kBasisDependent, rule->name);
+  const std::string summary =
+      fmt::format("Python rule {}.{}{}", module, qualname,
+                  rule->args_json.empty() ? "" : " with " + rule->args_json);
   optim::Hparams hp = numeric_hparams(py::module_::import("json").attr("loads")(
       rule->args_json.empty() ? std::string("{}") : rule->args_json));
   return register_rule(std::move(rule), summary, predicted, std::move(hp), lr);

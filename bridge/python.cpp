@@ -1,8 +1,7 @@
 #include "bridge/python.h"
 
-#include <pybind11/embed.h>
-
 #include <fmt/format.h>
+#include <pybind11/embed.h>
 
 #include <algorithm>
 #include <cmath>
@@ -122,15 +121,16 @@ optim::OptimizerInfo rule_info(std::shared_ptr<const Rule> rule,
   info.predicted = predicted;
   info.hparams = std::move(hparams);
   info.lr = lr;
-  info.make = [rule](const optim::ParamSplit& p, double rate)
-      -> std::unique_ptr<torch::optim::Optimizer> {
+  info.make = [rule](const optim::ParamSplit& p,
+                     double rate) -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<PythonOptimizer>(rule, p, rate);
   };
   return info;
 }
 
 std::string content_hash(const std::string& bytes) {
-  py::object h = py::module_::import("hashlib").attr("sha256")(py::bytes(bytes));
+  py::object h =
+      py::module_::import("hashlib").attr("sha256")(py::bytes(bytes));
   return h.attr("hexdigest")().cast<std::string>().substr(0, 16);
 }
 

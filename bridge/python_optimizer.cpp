@@ -1,8 +1,7 @@
 #include "bridge/python_optimizer.h"
 
-#include <torch/csrc/autograd/python_variable.h>
-
 #include <fmt/format.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include "bridge/python.h"
 
@@ -62,8 +61,7 @@ std::vector<ParamGroupInfo> param_groups(const optim::ParamSplit& p) {
       static_cast<int64_t>(p.matrices.size()) == layers * kMatricesPerLayer &&
       static_cast<int64_t>(p.others.size()) == 2 + 2 * layers + 2 &&
       static_cast<int64_t>(p.qk.size()) == 2 * layers && p.heads >= 1;
-  TORCH_CHECK(shaped,
-              "Python rules: the parameters are not a transformer's (",
+  TORCH_CHECK(shaped, "Python rules: the parameters are not a transformer's (",
               p.matrices.size(), " matrices, ", p.others.size(), " others, ",
               p.qk.size(), " W_Q/W_K, ", p.heads, " heads)");
   std::vector<ParamGroupInfo> out;
@@ -78,14 +76,16 @@ std::vector<ParamGroupInfo> param_groups(const optim::ParamSplit& p) {
     return &out.back();
   };
   for (int64_t l = 0; l < layers; ++l) {
-    TORCH_CHECK(same(p.qk[2 * l], p.matrices[kMatricesPerLayer * l]) &&
-                    same(p.qk[2 * l + 1], p.matrices[kMatricesPerLayer * l + 1]),
-                "Python rules: layer ", l,
-                "'s W_Q, W_K are not its first two matrices");
+    TORCH_CHECK(
+        same(p.qk[2 * l], p.matrices[kMatricesPerLayer * l]) &&
+            same(p.qk[2 * l + 1], p.matrices[kMatricesPerLayer * l + 1]),
+        "Python rules: layer ", l,
+        "'s W_Q, W_K are not its first two matrices");
     for (int64_t i = 0; i < kMatricesPerLayer; ++i) {
       const torch::Tensor& w = p.matrices[kMatricesPerLayer * l + i];
-      ParamGroupInfo* g = add(w, fmt::format("layers.{}.{}", l, kMatrixRoles[i]),
-                              kMatrixRoles[i], l);
+      ParamGroupInfo* g =
+          add(w, fmt::format("layers.{}.{}", l, kMatrixRoles[i]),
+              kMatrixRoles[i], l);
       g->matrix = true;
       if (i < 4) {  // the attention's projections: d_model rows per head
         g->heads = p.heads;
@@ -114,9 +114,8 @@ struct PythonOptimizer::State {
 
 PythonOptimizer::PythonOptimizer(std::shared_ptr<const Rule> rule,
                                  const optim::ParamSplit& params, double lr)
-    : torch::optim::Optimizer(
-          {torch::optim::OptimizerParamGroup(params.all())},
-          std::make_unique<PythonOptimizerOptions>(lr)),
+    : torch::optim::Optimizer({torch::optim::OptimizerParamGroup(params.all())},
+                              std::make_unique<PythonOptimizerOptions>(lr)),
       rule_(std::move(rule)) {
   const std::vector<ParamGroupInfo> groups = bridge::param_groups(params);
   ensure_interpreter();
@@ -131,11 +130,10 @@ PythonOptimizer::PythonOptimizer(std::shared_ptr<const Rule> rule,
       if (py::hasattr(state->optimizer, "step"))
         state->step = state->optimizer.attr("step");
       if (!state->step || !PyCallable_Check(state->step.ptr())) {
-        error = fmt::format("{}: built a {} without a step() method",
-                            rule_->name,
-                            py::str(py::type::of(state->optimizer).attr(
-                                        "__name__"))
-                                .cast<std::string>());
+        error =
+            fmt::format("{}: built a {} without a step() method", rule_->name,
+                        py::str(py::type::of(state->optimizer).attr("__name__"))
+                            .cast<std::string>());
       } else {
         state_ = std::move(state);
       }

@@ -6,8 +6,8 @@
 // (TWINS_TEST_STUB), which only checks that stub's errors.
 #include <gtest/gtest.h>
 
-#include "bridge_test_config.h"
 #include "bridge/bridge.h"
+#include "bridge_test_config.h"
 
 #ifdef TWINS_TEST_STUB
 
@@ -22,8 +22,7 @@ TEST(BridgeWithoutPython, RuleNamesAreOneLineErrors) {
       FAIL() << name << " resolved without Python support";
     } catch (const c10::Error& e) {
       const std::string m = e.what_without_backtrace();
-      EXPECT_NE(m.find("built without Python support"), std::string::npos)
-          << m;
+      EXPECT_NE(m.find("built without Python support"), std::string::npos) << m;
       EXPECT_NE(m.find(name), std::string::npos) << m;
       EXPECT_EQ(m.find('\n'), std::string::npos) << m;
     }
@@ -111,9 +110,9 @@ std::vector<twins::PairResult> run(const std::vector<twins::PairSpec>& specs,
                                    bool share = true) {
   sweep::EngineOptions o;
   static int n = 0;
-  o.results_path =
-      out.empty() ? (scratch() / fmt::format("run{}.jsonl", n++)).string()
-                  : out;
+  o.results_path = out.empty()
+                       ? (scratch() / fmt::format("run{}.jsonl", n++)).string()
+                       : out;
   o.threads = threads;
   o.jobs = jobs;
   o.share = share;
@@ -201,10 +200,13 @@ TEST(BridgeGroups, NamesRolesAndHeadRowsFollowTheModel) {
     return a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl();
   };
   const auto& l1 = m->blocks[1];
-  const std::vector<std::pair<std::string, torch::Tensor>> expected = {
-      {"layers.1.wq", l1->attn->wq->weight}, {"layers.1.wk", l1->attn->wk->weight},
-      {"layers.1.wv", l1->attn->wv->weight}, {"layers.1.wo", l1->attn->wo->weight},
-      {"layers.1.w1", l1->w1->weight},       {"layers.1.w2", l1->w2->weight}};
+  const std::vector<std::pair<std::string, torch::Tensor> > expected = {
+      {"layers.1.wq", l1->attn->wq->weight},
+      {"layers.1.wk", l1->attn->wk->weight},
+      {"layers.1.wv", l1->attn->wv->weight},
+      {"layers.1.wo", l1->attn->wo->weight},
+      {"layers.1.w1", l1->w1->weight},
+      {"layers.1.w2", l1->w2->weight}};
   for (size_t i = 0; i < expected.size(); ++i) {
     const auto& g = groups[6 + i];
     EXPECT_EQ(g.name, expected[i].first);
@@ -217,9 +219,9 @@ TEST(BridgeGroups, NamesRolesAndHeadRowsFollowTheModel) {
   }
   // The rotation of a head acts on rows head_dim*h .. head_dim*(h+1) of
   // W_Q: the model's own query block of that head.
-  EXPECT_TRUE(torch::equal(groups[6].param.narrow(0, 2 * 4, 4),
-                           m->query_block(1, 2)));
-  const std::vector<std::pair<std::string, std::string>> others = {
+  EXPECT_TRUE(
+      torch::equal(groups[6].param.narrow(0, 2 * 4, 4), m->query_block(1, 2)));
+  const std::vector<std::pair<std::string, std::string> > others = {
       {"embedding", "embedding"}, {"positional", "positional"},
       {"layers.0.norm1", "gain"}, {"layers.0.norm2", "gain"},
       {"layers.1.norm1", "gain"}, {"layers.1.norm2", "gain"},
@@ -247,7 +249,8 @@ def record(groups, lr):
         json.dump([{{k: v for k, v in g.items() if k != "params"}}
                    for g in groups], f)
     return torch.optim.SGD(groups, lr=lr)
-)", seen));
+)",
+                                                                    seen));
   const std::string name = bridge::resolve_rule("py:" + path + ":record");
   auto req = tiny_request(name, 1);
   req.lr = 0.1;  // factories have no default rate
@@ -260,7 +263,8 @@ def record(groups, lr):
   EXPECT_EQ(g[0]["layer"], 0);
   EXPECT_EQ(g[0]["gauge"], true);
   EXPECT_EQ(g[0]["heads"], 4);
-  EXPECT_EQ(g[0]["head_rows"], nlohmann::json::parse("[[0,4],[4,8],[8,12],[12,16]]"));
+  EXPECT_EQ(g[0]["head_rows"],
+            nlohmann::json::parse("[[0,4],[4,8],[8,12],[12,16]]"));
   EXPECT_EQ(g[2]["gauge"], false);  // W_V: heads, but no gauge
   EXPECT_FALSE(g[4].contains("heads"));
   EXPECT_EQ(g[12]["name"], "embedding");
@@ -305,7 +309,7 @@ TEST(BridgeNames, EditingAFileRuleChangesItsNameAndKey) {
   EXPECT_TRUE(contains(before, "py:" + path + "#")) << before;
   EXPECT_TRUE(contains(before, ":ScalarAdam")) << before;
   EXPECT_EQ(optim::find_optimizer(before).predicted,
-            optim::Equivariance::kEquivariant);  // twins_predicted
+            optim::Equivariance::kEquivariant);     // twins_predicted
   EXPECT_EQ(bridge::resolve_rule(before), before);  // a canonical name back
   auto spec = sweep::expand(tiny_request(before, 3))[0];
   std::ofstream(path, std::ios::app) << "\n# edited\n";
@@ -315,8 +319,8 @@ TEST(BridgeNames, EditingAFileRuleChangesItsNameAndKey) {
   EXPECT_NE(edited.key(), spec.key());
   EXPECT_NE(edited.pair_id(), spec.pair_id());
   // The old name now names a file that is not there any more.
-  EXPECT_TRUE(contains(error_of([&] { bridge::resolve_rule(before); }),
-                       "has changed"));
+  EXPECT_TRUE(
+      contains(error_of([&] { bridge::resolve_rule(before); }), "has changed"));
   // Other arguments, another rule.
   EXPECT_NE(bridge::resolve_rule("py:" + path + ":ScalarAdam{\"eps\": 1e-6}"),
             after);
@@ -365,8 +369,10 @@ TEST(BridgeTorch, AdamFloat64MatchesTheBuiltInAndIsBasisDependent) {
     largest = std::max(largest, std::abs(a - b) / b);
     EXPECT_LE(std::abs(a - b), 1e-12 * b) << twins::pair_label(py[i].spec);
   }
-  std::printf("torch:Adam vs adam, float64: largest relative step-1 drift "
-              "difference %.3g\n", largest);
+  std::printf(
+      "torch:Adam vs adam, float64: largest relative step-1 drift "
+      "difference %.3g\n",
+      largest);
   const report::Verdict v = report::judge(py);
   EXPECT_EQ(v.verdict, report::VerdictClass::kBasisDependent)
       << report::format_verdict_line(v);
@@ -400,7 +406,7 @@ TEST(BridgeThreads, ConcurrentPythonStepsGiveTheSequentialRecords) {
     req.lr = 1e-3;
     const auto specs = sweep::verdict_specs(req);
     const auto one = run(specs, 1);
-    const auto three = run(specs, 3);        // reference + 4 twins, 3 at once
+    const auto three = run(specs, 3);  // reference + 4 twins, 3 at once
     // Every pair its own group (copy 1 trained four times), 2 groups at
     // once, each stepping its two copies at once.
     const auto jobs = run(specs, 2, 2, "", /*share=*/false);
@@ -426,12 +432,14 @@ TEST(BridgeErrors, BadNamesFilesAndArguments) {
   EXPECT_TRUE(contains(m, "defines no 'Nope'")) << m;
   EXPECT_TRUE(contains(m, "ScalarAdam")) << m;  // what it does define
   const std::string bad = write_rule("bad.py", "def broken(:\n");
-  EXPECT_TRUE(contains(
-      error_of([&] { bridge::resolve_rule("py:" + bad + ":broken"); }),
-      "failed to load: SyntaxError"));
-  const std::string plain = write_rule("plain.py", "class NotAnOptimizer:\n  pass\n");
+  EXPECT_TRUE(
+      contains(error_of([&] { bridge::resolve_rule("py:" + bad + ":broken"); }),
+               "failed to load: SyntaxError"));
+  const std::string plain =
+      write_rule("plain.py", "class NotAnOptimizer:\n  pass\n");
   EXPECT_TRUE(contains(error_of([&] {
-                         bridge::resolve_rule("py:" + plain + ":NotAnOptimizer");
+                         bridge::resolve_rule("py:" + plain +
+                                              ":NotAnOptimizer");
                        }),
                        "not a torch.optim.Optimizer"));
   EXPECT_TRUE(contains(error_of([] { bridge::resolve_rule("torch:Adamm"); }),
@@ -445,13 +453,16 @@ TEST(BridgeErrors, BadNamesFilesAndArguments) {
   EXPECT_TRUE(contains(
       error_of([] { bridge::resolve_rule("torch:Adam{\"betas\": [0.9,}"); }),
       "is not JSON"));
-  EXPECT_TRUE(contains(error_of([] { bridge::resolve_rule("torch:Adam", "[1]"); }),
-                       "not a JSON object"));
+  EXPECT_TRUE(
+      contains(error_of([] { bridge::resolve_rule("torch:Adam", "[1]"); }),
+               "not a JSON object"));
   EXPECT_TRUE(contains(error_of([] { bridge::resolve_rule("py:rule.py"); }),
                        "Malformed Python rule name"));
-  EXPECT_TRUE(contains(
-      error_of([] { bridge::resolve_rule("python:__main__.Mine#0123456789abcdef"); }),
-      "exists only there"));
+  EXPECT_TRUE(contains(error_of([] {
+                         bridge::resolve_rule(
+                             "python:__main__.Mine#0123456789abcdef");
+                       }),
+                       "exists only there"));
 }
 
 TEST(BridgeErrors, ARuleRejectingItsGroupsFailsBeforeAnyFile) {
@@ -469,12 +480,13 @@ def picky(groups, lr, beta=0.5):
   auto spec = sweep::expand(req)[0];
   const std::string m = error_of([&] { bridge::check_rule(spec); });
   EXPECT_TRUE(contains(m, name + ": rejected its arguments or parameters: "
-                              "ValueError: no head, please"))
+                                 "ValueError: no head, please"))
       << m;
-  const std::string kw = bridge::resolve_rule("py:" + path + ":picky{\"gamma\": 1}");
+  const std::string kw =
+      bridge::resolve_rule("py:" + path + ":picky{\"gamma\": 1}");
   spec.opt = kw;
-  EXPECT_TRUE(contains(error_of([&] { bridge::check_rule(spec); }),
-                       "TypeError"));
+  EXPECT_TRUE(
+      contains(error_of([&] { bridge::check_rule(spec); }), "TypeError"));
 }
 
 TEST(BridgeErrors, AnExceptionInStepNamesTheStepAndLeavesNoFile) {
@@ -495,7 +507,7 @@ class Raises(torch.optim.SGD):
   const std::string m = error_of(
       [&] { run(sweep::verdict_specs(tiny_request(name, 10)), 2, 1, out); });
   EXPECT_TRUE(contains(m, name + ": step() raised at step 3: ValueError: "
-                              "boom at three"))
+                                 "boom at three"))
       << m;
   EXPECT_FALSE(fs::exists(out));
 }
