@@ -1,22 +1,20 @@
-// The py: / torch: names: parsing, the rule's identity (canonical name), and
-// its registry entry. Registration goes through optim::register_optimizer
-// when a name is resolved; a prefix resolver in the registry (a hook that
-// turns an unknown "py:" / "torch:" name into an entry on first lookup)
-// would call resolve_rule from there instead of the app calling
-// resolve_rules before planning.
+// The torch: / py: / python: names: parsing, the rule's identity (its
+// canonical name), and the registry's resolvers that turn a canonical name
+// into an entry on its first lookup (bridge.h).
 #include <fmt/format.h>
 
 #include <cctype>
+#include <cmath>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 
 #include "bridge/bridge.h"
 #include "bridge/python.h"
 #include "optim/registry.h"
-#include "twins/pair.h"
+#include "twins/io.h"
 
 namespace bridge {
 
@@ -56,7 +54,7 @@ bool is_hash(const std::string& s) {
 }
 
 // What the theory predicts for torch.optim's classes under a rotation of a
-// head's rows (docs/protocol.md §5): a rule whose update is a linear
+// head's rows, G_h -> A_h G_h (docs/protocol.md §5): an update that is a
 // combination, with scalar coefficients, of the gradients and parameters is
 // equivariant (SGD with any momentum, Nesterov, dampening or weight decay;
 // ASGD, whose step size is a scalar schedule and whose average is not the
@@ -67,6 +65,10 @@ optim::Equivariance torch_prediction(const std::string& cls) {
   return cls == "SGD" || cls == "ASGD" ? optim::Equivariance::kEquivariant
                                        : optim::Equivariance::kBasisDependent;
 }
+
+const char kUsage[] =
+    " (expected torch:NAME or py:FILE.py:NAME, optionally followed by JSON "
+    "arguments: torch:SGD{\"momentum\": 0.9})";
 
 // A name taken apart: prefix kind, file, class or factory, the hash a
 // canonical py: name carries, the inline JSON arguments.
@@ -90,15 +92,23 @@ json parse_object(const std::string& text, const std::string& rule) {
   return j;
 }
 
+// "lr" among the arguments is a default rate: a positive number.
+void check_rate(const json& args, const std::string& rule) {
+  if (!args.contains("lr"))
+    return;
+  const json& v = args["lr"];
+  TORCH_CHECK(
+      v.is_number() && v.get<double>() > 0 && std::isfinite(v.get<double>()),
+      "Invalid learning rate in the arguments of '", rule, "': ", v.dump(),
+      " (must be a positive number)");
+}
+
 Parsed parse(const std::string& name) {
   Parsed p;
   const size_t brace = name.find('{');
   const std::string head = name.substr(0, brace);
   if (brace != std::string::npos)
     p.args = parse_object(name.substr(brace), name);
-  const char* usage =
-      " (expected torch:NAME or py:FILE.py:NAME, optionally followed by "
-      "JSON arguments: torch:SGD{\"momentum\": 0.9})";
   if (starts_with(head, kTorchPrefix)) {
     p.kind = Rule::Kind::kTorch;
     p.target = head.substr(sizeof(kTorchPrefix) - 1);
@@ -107,7 +117,7 @@ Parsed parse(const std::string& name) {
     const std::string rest = head.substr(sizeof(kFilePrefix) - 1);
     const size_t colon = rest.rfind(':');
     TORCH_CHECK(colon != std::string::npos && colon > 0,
-                "Malformed Python rule name: '", name, "'", usage);
+                "Malformed Python rule name: '", name, "'", kUsage);
     p.path = rest.substr(0, colon);
     p.target = rest.substr(colon + 1);
     const size_t hash = p.path.rfind('#');
@@ -116,23 +126,32 @@ Parsed parse(const std::string& name) {
       p.path.resize(hash);
     }
   } else {
-    TORCH_CHECK(!starts_with(head, kCallablePrefix), "Python rule '", name,
-                "' was defined in a Python process and exists only there "
-                "(name a file instead: py:FILE.py:NAME)");
-    TORCH_CHECK(false, "Malformed Python rule name: '", name, "'", usage);
+    TORCH_CHECK(false, "Malformed Python rule name: '", name, "'", kUsage);
   }
   TORCH_CHECK(is_identifier(p.target), "Malformed Python rule name: '", name,
-              "': '", p.target, "' is not a Python name", usage);
+              "': '", p.target, "' is not a Python name", kUsage);
+  check_rate(p.args, name);
   return p;
 }
 
-std::string read_file(const std::string& path, const std::string& rule) {
-  TORCH_CHECK(fs::is_regular_file(path), rule, ": no such file '", path, "'");
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  TORCH_CHECK(in.good() || in.eof(), rule, ": cannot read '", path, "'");
-  return text.str();
+std::string args_text(const json& args) {
+  return args.empty() ? "" : args.dump();
+}
+
+// The canonical names (bridge.h).
+std::string torch_name(const Parsed& p) {
+  return kTorchPrefix + p.target + args_text(p.args);
+}
+
+std::string file_name(const Parsed& p, const std::string& hash) {
+  return fmt::format("{}{}#{}:{}{}", kFilePrefix, p.path, hash, p.target,
+                     args_text(p.args));
+}
+
+// The rule's default rate: "lr" of its arguments, else its signature's.
+// GIL held.
+double default_rate(const Parsed& p, const py::object& fn) {
+  return p.args.contains("lr") ? p.args["lr"].get<double>() : signature_lr(fn);
 }
 
 // The rule's public names, for an error about a missing one.
@@ -148,27 +167,142 @@ std::string defined_names(const py::dict& ns) {
   return out.empty() ? "nothing callable" : out;
 }
 
-// Registration after the has_optimizer check, one at a time. Taken with
-// the GIL held and never waiting for it inside.
-std::mutex register_mutex;
+std::string torch_version() {
+  return py::str(py::module_::import("torch").attr("__version__"));
+}
 
-// Registers `rule` unless its name is (a rule resolved before), checking a
-// default rate given again.
-std::string register_rule(std::shared_ptr<Rule> rule, std::string summary,
-                          optim::Equivariance predicted, optim::Hparams hp,
-                          double lr) {
-  std::lock_guard<std::mutex> lock(register_mutex);
-  const std::string name = rule->name;
-  if (optim::has_optimizer(name)) {
-    const double had = optim::find_optimizer(name).lr;
-    TORCH_CHECK(lr <= 0 || lr == had, name, ": named with default lr ", lr,
-                " and before with ", had,
-                " (name one rate per rule, or pass --lr)");
-    return name;
+bool is_optimizer_class(const py::handle& c, const py::handle& base) {
+  return py::isinstance<py::type>(c) &&
+         PyObject_IsSubclass(c.ptr(), base.ptr()) == 1 && !c.is(base);
+}
+
+std::string fail_unless_canonical(const std::string& name,
+                                  const std::string& canonical) {
+  TORCH_CHECK(name == canonical, "Python rule '", name,
+              "' is not in its canonical form '", canonical,
+              "' (bridge::resolve_rule gives it)");
+  return canonical;
+}
+
+// ---------------------------------------------------------------------------
+// The resolvers. Each builds the entry of a canonical name, or throws a
+// one-line error naming it.
+
+optim::OptimizerInfo resolve_torch(const std::string& name) {
+  Parsed p = parse(name);
+  fail_unless_canonical(name, torch_name(p));
+  auto rule = std::make_shared<Rule>();
+  rule->kind = Rule::Kind::kTorch;
+  rule->name = name;
+  rule->target = p.target;
+  rule->args_json = args_text(p.args);
+  ensure_interpreter();
+  py::gil_scoped_acquire gil;
+  try {
+    py::object optim_module = py::module_::import("torch.optim");
+    py::object base = optim_module.attr("Optimizer");
+    py::object cls = py::getattr(optim_module, p.target.c_str(), py::none());
+    if (!is_optimizer_class(cls, base)) {
+      std::string known;
+      for (const auto& n : py::list(
+               py::module_::import("builtins").attr("dir")(optim_module))) {
+        if (is_optimizer_class(optim_module.attr(n), base))
+          known += (known.empty() ? "" : ", ") + py::str(n).cast<std::string>();
+      }
+      TORCH_CHECK(false, "Unknown torch.optim optimizer: '", p.target,
+                  "' in '", name, "' (torch ", torch_version(), " has ", known,
+                  ")");
+    }
+    const double lr = default_rate(p, cls);
+    // One construction on a stand-in parameter: arguments the class
+    // rejects fail here, and its defaults are the record's hyperparameters.
+    py::object dummy = py::module_::import("torch").attr("zeros")(1);
+    dummy.attr("requires_grad_")();
+    py::list params;
+    params.append(dummy);
+    py::object opt;
+    try {
+      opt = cls(params, **rule->kwargs(lr > 0 ? lr : 1e-3));
+    } catch (const py::error_already_set& e) {
+      TORCH_CHECK(false, name, ": rejected its arguments: ", python_error(e));
+    }
+    std::string summary = fmt::format(
+        "torch.optim.{} of PyTorch {}{}", p.target, torch_version(),
+        rule->args_json.empty() ? "" : " with " + rule->args_json);
+    return rule_info(rule, std::move(summary), torch_prediction(p.target),
+                     numeric_hparams(opt.attr("defaults")), lr);
+  } catch (const py::error_already_set& e) {
+    TORCH_CHECK(false, name, ": ", python_error(e));
   }
-  optim::register_optimizer(rule_info(std::move(rule), std::move(summary),
-                                      predicted, std::move(hp), lr));
-  return name;
+}
+
+optim::OptimizerInfo resolve_file(const std::string& name) {
+  Parsed p = parse(name);
+  TORCH_CHECK(!p.hash.empty(), "Python rule '", name,
+              "' names no content hash (its canonical form is "
+              "py:FILE.py#HASH:NAME; bridge::resolve_rule gives it)");
+  auto rule = std::make_shared<Rule>();
+  rule->kind = Rule::Kind::kFile;
+  rule->target = p.target;
+  rule->args_json = args_text(p.args);
+  rule->path = fs::path(p.path).lexically_normal().string();
+  TORCH_CHECK(fs::is_regular_file(rule->path), name, ": no such file '",
+              rule->path, "'");
+  rule->source = twins::read_file(rule->path, "Python rule");
+  ensure_interpreter();
+  py::gil_scoped_acquire gil;
+  const std::string hash = content_hash(rule->source);
+  TORCH_CHECK(p.hash == hash, name, ": '", rule->path,
+              "' has changed since this name was recorded (its hash is now ",
+              hash, ")");
+  p.path = rule->path;
+  rule->name = fail_unless_canonical(name, file_name(p, hash));
+  try {
+    // Loaded once here for the checks; each optimizer loads it afresh.
+    py::dict ns;
+    try {
+      ns = rule->load_module().attr("__dict__");
+    } catch (const py::error_already_set& e) {
+      TORCH_CHECK(false, name, ": '", rule->path,
+                  "' failed to load: ", python_error(e));
+    }
+    TORCH_CHECK(ns.contains(p.target.c_str()), name, ": '", rule->path,
+                "' defines no '", p.target, "' (it defines ",
+                defined_names(ns), ")");
+    py::object fn = ns[p.target.c_str()];
+    py::object base = py::module_::import("torch.optim").attr("Optimizer");
+    TORCH_CHECK(PyCallable_Check(fn.ptr()), name, ": '", p.target,
+                "' is not a class or a function");
+    TORCH_CHECK(!py::isinstance<py::type>(fn) ||
+                    PyObject_IsSubclass(fn.ptr(), base.ptr()) == 1,
+                name, ": '", p.target,
+                "' is a class but not a torch.optim.Optimizer");
+    std::string summary = fmt::format(
+        "Python rule {} from {} (sha256 {}){}", p.target, rule->path, hash,
+        rule->args_json.empty() ? "" : " with " + rule->args_json);
+    return rule_info(
+        rule, std::move(summary),
+        stated_prediction(fn, optim::Equivariance::kBasisDependent, name),
+        numeric_hparams(py::module_::import("json").attr("loads")(
+            rule->args_json.empty() ? std::string("{}") : rule->args_json)),
+        default_rate(p, fn));
+  } catch (const py::error_already_set& e) {
+    TORCH_CHECK(false, name, ": ", python_error(e));
+  }
+}
+
+// The entries of the rules register_callable made, until the registry
+// asks for them.
+std::mutex callables_mutex;
+std::map<std::string, optim::OptimizerInfo> callables;
+
+optim::OptimizerInfo resolve_callable(const std::string& name) {
+  std::lock_guard<std::mutex> lock(callables_mutex);
+  auto it = callables.find(name);
+  TORCH_CHECK(it != callables.end(), "Python rule '", name,
+              "' was defined in a Python process and exists only there "
+              "(name a file instead: py:FILE.py:NAME)");
+  return it->second;
 }
 
 }  // namespace
@@ -182,13 +316,31 @@ bool is_python_rule(const std::string& name) {
          starts_with(name, kCallablePrefix);
 }
 
+void install() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto wrap = [](optim::OptimizerInfo (*resolve)(const std::string&)) {
+      return [resolve](const std::string& name) {
+        return std::optional<optim::OptimizerInfo>(resolve(name));
+      };
+    };
+    optim::register_resolver(kTorchPrefix, wrap(resolve_torch));
+    optim::register_resolver(kFilePrefix, wrap(resolve_file));
+    optim::register_resolver(kCallablePrefix, wrap(resolve_callable));
+  });
+}
+
 std::string resolve_rule(const std::string& name,
                          const std::string& args_json) {
   TORCH_CHECK(is_python_rule(name), "Not a Python rule name: '", name,
               "' (torch:NAME or py:FILE.py:NAME)");
-  if (starts_with(name, kCallablePrefix) && optim::has_optimizer(name) &&
-      args_json.empty())
+  install();
+  if (starts_with(name, kCallablePrefix)) {
+    TORCH_CHECK(args_json.empty(), "Python rule '", name,
+                "': its arguments were given when it was defined");
+    optim::find_optimizer(name);
     return name;
+  }
   Parsed p = parse(name);
   if (!args_json.empty()) {
     const json extra = parse_object(args_json, name);
@@ -196,157 +348,54 @@ std::string resolve_rule(const std::string& name,
       if (!p.args.contains(k))
         p.args[k] = v;  // the name's own arguments win
     }
+    check_rate(p.args, name);
   }
-  double lr = 0;
-  if (p.args.contains("lr")) {
-    const json& v = p.args["lr"];
-    TORCH_CHECK(
-        v.is_number() && v.get<double>() > 0 && std::isfinite(v.get<double>()),
-        "Invalid learning rate in the arguments of '", name, "': ", v.dump(),
-        " (must be a positive number)");
-    lr = v.get<double>();
-    p.args.erase("lr");
-  }
-  auto rule = std::make_shared<Rule>();
-  rule->kind = p.kind;
-  rule->target = p.target;
-  rule->args_json = p.args.empty() ? "" : p.args.dump();
-  if (p.kind == Rule::Kind::kFile) {
-    rule->path = fs::path(p.path).lexically_normal().string();
-    rule->source = read_file(rule->path, name);
-  }
-  ensure_interpreter();
-  py::gil_scoped_acquire gil;
-  std::string summary;
-  optim::Equivariance predicted = optim::Equivariance::kBasisDependent;
-  optim::Hparams hparams;
-  try {
-    if (p.kind == Rule::Kind::kTorch) {
-      py::module_ torch = py::module_::import("torch");
-      py::object optim_module = py::module_::import("torch.optim");
-      py::object base = optim_module.attr("Optimizer");
-      py::object cls = py::getattr(optim_module, p.target.c_str(), py::none());
-      const bool is_class = py::isinstance<py::type>(cls) &&
-                            PyObject_IsSubclass(cls.ptr(), base.ptr()) == 1 &&
-                            !cls.is(base);
-      if (!is_class) {
-        std::string known;
-        for (const auto& n : py::list(
-                 py::module_::import("builtins").attr("dir")(optim_module))) {
-          py::object c = optim_module.attr(n);
-          if (py::isinstance<py::type>(c) &&
-              PyObject_IsSubclass(c.ptr(), base.ptr()) == 1 && !c.is(base))
-            known +=
-                (known.empty() ? "" : ", ") + py::str(n).cast<std::string>();
-        }
-        TORCH_CHECK(false, "Unknown torch.optim optimizer: '", p.target,
-                    "' in '", name, "' (torch ",
-                    py::str(torch.attr("__version__")).cast<std::string>(),
-                    " has ", known, ")");
-      }
-      rule->name = kTorchPrefix + p.target + rule->args_json;
-      if (lr <= 0)
-        lr = signature_lr(cls);
-      // One construction on a stand-in parameter: arguments the class
-      // rejects fail here, and its defaults are the record's
-      // hyperparameters.
-      py::object dummy = torch.attr("zeros")(1);
-      dummy.attr("requires_grad_")();
-      py::list params;
-      params.append(dummy);
-      py::dict kwargs = rule->kwargs(lr > 0 ? lr : 1e-3);
-      py::object opt;
-      try {
-        opt = cls(params, **kwargs);
-      } catch (const py::error_already_set& e) {
-        TORCH_CHECK(false, rule->name,
-                    ": rejected its arguments: ", python_error(e));
-      }
-      hparams = numeric_hparams(opt.attr("defaults"));
-      predicted = torch_prediction(p.target);
-      summary = fmt::format(
-          "torch.optim.{} of PyTorch {}{}", p.target,
-          py::str(torch.attr("__version__")).cast<std::string>(),
-          rule->args_json.empty() ? "" : " with " + rule->args_json);
-    } else {
-      const std::string hash = content_hash(rule->source);
-      TORCH_CHECK(p.hash.empty() || p.hash == hash, name, ": '", rule->path,
-                  "' has changed since this name was recorded (its hash is "
-                  "now ",
-                  hash, ")");
-      rule->name = fmt::format("{}{}#{}:{}{}", kFilePrefix, rule->path, hash,
-                               p.target, rule->args_json);
-      // Loaded once here for the checks; each optimizer loads it afresh.
-      py::dict ns;
-      try {
-        ns = rule->load_module().attr("__dict__");
-      } catch (const py::error_already_set& e) {
-        TORCH_CHECK(false, name, ": '", rule->path,
-                    "' failed to load: ", python_error(e));
-      }
-      TORCH_CHECK(ns.contains(p.target.c_str()), name, ": '", rule->path,
-                  "' defines no '", p.target, "' (it defines ",
-                  defined_names(ns), ")");
-      py::object fn = ns[p.target.c_str()];
-      py::object base = py::module_::import("torch.optim").attr("Optimizer");
-      TORCH_CHECK(PyCallable_Check(fn.ptr()), name, ": '", p.target,
-                  "' is not a class or a function");
-      TORCH_CHECK(!py::isinstance<py::type>(fn) ||
-                      PyObject_IsSubclass(fn.ptr(), base.ptr()) == 1,
-                  name, ": '", p.target,
-                  "' is a class but not a torch.optim.Optimizer");
-      if (lr <= 0)
-        lr = signature_lr(fn);
-      predicted = stated_prediction(fn, predicted, name);
-      hparams = numeric_hparams(py::module_::import("json").attr("loads")(
-          rule->args_json.empty() ? std::string("{}") : rule->args_json));
-      summary = fmt::format(
-          "Python rule {} from {} (sha256 {}){}", p.target, rule->path, hash,
-          rule->args_json.empty() ? "" : " with " + rule->args_json);
+  std::string canonical;
+  if (p.kind == Rule::Kind::kTorch) {
+    canonical = torch_name(p);
+  } else {
+    p.path = fs::path(p.path).lexically_normal().string();
+    TORCH_CHECK(fs::is_regular_file(p.path), name, ": no such file '", p.path,
+                "'");
+    const std::string source = twins::read_file(p.path, "Python rule");
+    ensure_interpreter();
+    std::string hash;
+    {
+      py::gil_scoped_acquire gil;
+      hash = content_hash(source);
     }
-  } catch (const py::error_already_set& e) {
-    TORCH_CHECK(false, name, ": ", python_error(e));
+    TORCH_CHECK(p.hash.empty() || p.hash == hash, name, ": '", p.path,
+                "' has changed since this name was recorded (its hash is now ",
+                hash, ")");
+    canonical = file_name(p, hash);
   }
-  return register_rule(std::move(rule), std::move(summary), predicted,
-                       std::move(hparams), lr);
+  optim::find_optimizer(canonical);  // the resolver's checks
+  return canonical;
 }
 
 std::vector<std::string> resolve_rules(const std::vector<std::string>& names,
                                        const std::string& args_json) {
   std::vector<std::string> out;
-  for (const auto& n : names)
+  bool any = false;
+  for (const auto& n : names) {
+    any = any || is_python_rule(n);
     out.push_back(is_python_rule(n) ? resolve_rule(n, args_json) : n);
+  }
+  TORCH_CHECK(args_json.empty() || any,
+              "--opt-args: the arguments are for Python rules (torch:NAME, "
+              "py:FILE.py:NAME) and --opt names none (a built-in rule's "
+              "hyperparameters are fixed)");
   return out;
 }
 
-void check_rule(const twins::PairSpec& spec) {
-  if (!is_python_rule(spec.opt))
-    return;
-  // The model's weights draw from the global generator; leave it as found.
-  auto generator = at::detail::getDefaultCPUGenerator();
-  const at::Tensor rng = generator.get_state();
-  const data::TaskShape shape = twins::make_task(spec, torch::kCPU)->shape();
-  model::Transformer m = model::build(twins::model_config(spec, shape),
-                                      spec.init_seed, spec.dtype, torch::kCPU);
-  generator.set_state(rng);
-  optim::make_optimizer(spec.opt, twins::param_split(m), spec.lr);
-}
-
 std::string register_callable(const py::object& fn,
-                              const std::string& args_json, double default_lr) {
+                              const std::string& args_json) {
   TORCH_CHECK(PyCallable_Check(fn.ptr()),
               "twins: the optimizer must be a name, a class or a factory, got ",
               py::str(py::type::of(fn).attr("__name__")).cast<std::string>());
-  json args = args_json.empty() ? json::object()
-                                : parse_object(args_json, "python rule");
-  double lr = default_lr;
-  if (args.contains("lr")) {
-    TORCH_CHECK(args["lr"].is_number() && args["lr"].get<double>() > 0,
-                "twins: invalid lr ", args["lr"].dump(),
-                " (must be a positive number)");
-    lr = args["lr"].get<double>();
-    args.erase("lr");
-  }
+  Parsed p;
+  if (!args_json.empty())
+    p.args = parse_object(args_json, "a Python rule");
   // The identity: the source where Python has it, else the code objects;
   // plus defaults and closure values, which the source does not show.
   py::module_ marshal = py::module_::import("marshal");
@@ -384,7 +433,7 @@ std::string register_callable(const py::object& fn,
   }
   auto rule = std::make_shared<Rule>();
   rule->kind = Rule::Kind::kCallable;
-  rule->args_json = args.empty() ? "" : args.dump();
+  rule->args_json = args_text(p.args);
   const std::string module =
       py::str(py::getattr(fn, "__module__", py::str("?")));
   const std::string qualname =
@@ -392,11 +441,11 @@ std::string register_callable(const py::object& fn,
   rule->target = qualname;
   rule->name = fmt::format("{}{}.{}#{}{}", kCallablePrefix, module, qualname,
                            content_hash(identity), rule->args_json);
+  check_rate(p.args, rule->name);
   py::object base = py::module_::import("torch.optim").attr("Optimizer");
-  if (py::isinstance<py::type>(fn)) {
-    TORCH_CHECK(PyObject_IsSubclass(fn.ptr(), base.ptr()) == 1, rule->name,
-                ": a class but not a torch.optim.Optimizer");
-  }
+  TORCH_CHECK(!py::isinstance<py::type>(fn) ||
+                  PyObject_IsSubclass(fn.ptr(), base.ptr()) == 1,
+              rule->name, ": a class but not a torch.optim.Optimizer");
   // The callables live in a Python dict (module _twins_rules), so that
   // Python destroys them with its interpreter; the registry holds names.
   py::object sys_modules = py::module_::import("sys").attr("modules");
@@ -407,16 +456,22 @@ std::string register_callable(const py::object& fn,
     sys_modules["_twins_rules"] = m;
   }
   sys_modules["_twins_rules"].attr("rules")[rule->name.c_str()] = fn;
-  if (lr <= 0)
-    lr = signature_lr(fn);
-  const auto predicted =
-      stated_prediction(fn, optim::Equivariance::kBasisDependent, rule->name);
-  const std::string summary =
+  std::string summary =
       fmt::format("Python rule {}.{}{}", module, qualname,
                   rule->args_json.empty() ? "" : " with " + rule->args_json);
-  optim::Hparams hp = numeric_hparams(py::module_::import("json").attr("loads")(
-      rule->args_json.empty() ? std::string("{}") : rule->args_json));
-  return register_rule(std::move(rule), summary, predicted, std::move(hp), lr);
+  optim::OptimizerInfo info = rule_info(
+      rule, std::move(summary),
+      stated_prediction(fn, optim::Equivariance::kBasisDependent, rule->name),
+      numeric_hparams(py::module_::import("json").attr("loads")(
+          rule->args_json.empty() ? std::string("{}") : rule->args_json)),
+      default_rate(p, fn));
+  {
+    std::lock_guard<std::mutex> lock(callables_mutex);
+    callables.emplace(rule->name, std::move(info));
+  }
+  install();
+  optim::find_optimizer(rule->name);
+  return rule->name;
 }
 
 }  // namespace bridge

@@ -80,9 +80,9 @@ optim::Hparams numeric_hparams(const py::dict& d);
 
 // A Python callable's own rule (the module's twins.run(MyAdam)): registers
 // `fn` with `args_json` under python:MODULE.QUALNAME#HASH{...}, HASH over its
-// source (or its code objects where the source is not available), and
-// returns that name; `default_lr` > 0 is its default rate. GIL held.
+// source (or its code objects where the source is not available), resolves
+// it and returns that name. GIL held.
 std::string register_callable(const py::object& fn,
-                              const std::string& args_json, double default_lr);
+                              const std::string& args_json);
 
 }  // namespace bridge

@@ -3,19 +3,16 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <cstring>
+#include <map>
+
 #include "bridge/python.h"
 
 namespace bridge {
 
 namespace {
 
-constexpr int64_t kMatricesPerLayer = 6;  // wq, wk, wv, wo, w1, w2
-const char* const kMatrixRoles[kMatricesPerLayer] = {"wq", "wk", "wv",
-                                                     "wo", "w1", "w2"};
-
-bool same(const torch::Tensor& a, const torch::Tensor& b) {
-  return a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl();
-}
+constexpr int kMatricesPerLayer = 6;  // wq, wk, wv, wo, w1, w2
 
 // The C++ tensor as a Python torch.Tensor: the same TensorImpl, so an
 // in-place update from Python is one of the model's parameters.
@@ -54,54 +51,60 @@ py::list python_groups(const std::vector<ParamGroupInfo>& groups) {
 }  // namespace
 
 std::vector<ParamGroupInfo> param_groups(const optim::ParamSplit& p) {
-  const int64_t layers =
-      static_cast<int64_t>(p.matrices.size()) / kMatricesPerLayer;
-  const bool shaped =
-      layers >= 1 &&
-      static_cast<int64_t>(p.matrices.size()) == layers * kMatricesPerLayer &&
-      static_cast<int64_t>(p.others.size()) == 2 + 2 * layers + 2 &&
-      static_cast<int64_t>(p.qk.size()) == 2 * layers && p.heads >= 1;
-  TORCH_CHECK(shaped, "Python rules: the parameters are not a transformer's (",
-              p.matrices.size(), " matrices, ", p.others.size(), " others, ",
-              p.qk.size(), " W_Q/W_K, ", p.heads, " heads)");
+  const std::vector<torch::Tensor> all = p.all();
+  TORCH_CHECK(p.roles.size() == all.size() && p.heads >= 1,
+              "Python rules: the parameters carry no roles (",
+              p.roles.size(), " roles for ", all.size(),
+              " tensors; twins::param_split gives them)");
   std::vector<ParamGroupInfo> out;
-  auto add = [&](const torch::Tensor& t, std::string name, std::string role,
-                 int64_t layer) {
+  std::map<int64_t, int> gains, matrices;  // per layer, seen so far
+  for (size_t i = 0; i < all.size(); ++i) {
+    const optim::ParamRole& r = p.roles[i];
     ParamGroupInfo g;
-    g.param = t;
-    g.name = std::move(name);
-    g.role = std::move(role);
-    g.layer = layer;
-    out.push_back(std::move(g));
-    return &out.back();
-  };
-  for (int64_t l = 0; l < layers; ++l) {
-    TORCH_CHECK(
-        same(p.qk[2 * l], p.matrices[kMatricesPerLayer * l]) &&
-            same(p.qk[2 * l + 1], p.matrices[kMatricesPerLayer * l + 1]),
-        "Python rules: layer ", l,
-        "'s W_Q, W_K are not its first two matrices");
-    for (int64_t i = 0; i < kMatricesPerLayer; ++i) {
-      const torch::Tensor& w = p.matrices[kMatricesPerLayer * l + i];
-      ParamGroupInfo* g =
-          add(w, fmt::format("layers.{}.{}", l, kMatrixRoles[i]),
-              kMatrixRoles[i], l);
-      g->matrix = true;
-      if (i < 4) {  // the attention's projections: d_model rows per head
-        g->heads = p.heads;
-        g->head_dim = (i == 3 ? w.size(1) : w.size(0)) / p.heads;
-        g->gauge = i < 2;
+    g.param = all[i];
+    g.role = optim::to_string(r.role);
+    g.layer = r.layer;
+    switch (r.role) {
+      case optim::Role::kWq:
+      case optim::Role::kWk:
+      case optim::Role::kWv:
+      case optim::Role::kWo: {
+        // The attention's projections: d_model rows (W_O: columns) per
+        // layer, head_dim of them per head.
+        const int64_t d = all[i].size(r.role == optim::Role::kWo ? 1 : 0);
+        g.heads = p.heads;
+        g.head_dim = d / p.heads;
+        g.gauge = r.role == optim::Role::kWq || r.role == optim::Role::kWk;
       }
+        [[fallthrough]];
+      case optim::Role::kW1:
+      case optim::Role::kW2:
+        g.matrix = true;
+        ++matrices[r.layer];
+        break;
+      case optim::Role::kGain:
+        if (r.layer >= 0) {
+          const int n = ++gains[r.layer];
+          TORCH_CHECK(n <= 2, "Python rules: layer ", r.layer,
+                      " has more than two gains");
+          g.name = fmt::format("layers.{}.norm{}", r.layer, n);
+        } else {
+          g.name = "norm_f";
+        }
+        break;
+      default:
+        break;
     }
+    if (g.name.empty()) {
+      g.name = r.layer >= 0 ? fmt::format("layers.{}.{}", r.layer, g.role)
+                            : g.role;
+    }
+    out.push_back(std::move(g));
   }
-  add(p.others[0], "embedding", "embedding", -1);
-  add(p.others[1], "positional", "positional", -1);
-  for (int64_t l = 0; l < layers; ++l) {
-    add(p.others[2 + 2 * l], fmt::format("layers.{}.norm1", l), "gain", l);
-    add(p.others[3 + 2 * l], fmt::format("layers.{}.norm2", l), "gain", l);
+  for (const auto& [layer, n] : matrices) {
+    TORCH_CHECK(n == kMatricesPerLayer, "Python rules: layer ", layer, " has ",
+                n, " matrices (expected wq, wk, wv, wo, w1, w2)");
   }
-  add(p.others[2 + 2 * layers], "norm_f", "gain", -1);
-  add(p.others[3 + 2 * layers], "head", "head", -1);
   return out;
 }
 
@@ -176,6 +179,61 @@ torch::Tensor PythonOptimizer::step(LossClosure closure) {
   }
   TORCH_CHECK(error.empty(), error);
   return loss;
+}
+
+void PythonOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  std::string bytes, error;
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object buffer = py::module_::import("io").attr("BytesIO")();
+      py::module_::import("torch").attr("save")(
+          state_->optimizer.attr("state_dict")(), buffer);
+      bytes = buffer.attr("getvalue")().cast<std::string>();
+    } catch (const py::error_already_set& e) {
+      error = fmt::format("{}: saving its state_dict() failed: {}",
+                          rule_->name, python_error(e));
+    }
+  }
+  TORCH_CHECK(error.empty(), error);
+  torch::Tensor data =
+      torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+  archive.write("rule", c10::IValue(rule_->name));
+  archive.write("steps", c10::IValue(steps_));
+  archive.write("state_dict", data, /*is_buffer=*/true);
+}
+
+void PythonOptimizer::load(torch::serialize::InputArchive& archive) {
+  c10::IValue value;
+  archive.read("rule", value);
+  TORCH_CHECK(value.isString() && value.toStringRef() == rule_->name,
+              rule_->name, ": the saved state is of another rule (",
+              value.isString() ? value.toStringRef() : std::string("?"), ")");
+  archive.read("steps", value);
+  const int64_t steps = value.toInt();
+  torch::Tensor data;
+  archive.read("state_dict", data, /*is_buffer=*/true);
+  data = data.contiguous();
+  const std::string bytes(static_cast<const char*>(data.data_ptr()),
+                          static_cast<size_t>(data.numel()));
+  std::string error;
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object buffer =
+          py::module_::import("io").attr("BytesIO")(py::bytes(bytes));
+      // Our own bytes: every object the rule's state holds may come back.
+      py::object sd = py::module_::import("torch").attr("load")(
+          buffer, py::arg("weights_only") = false);
+      state_->optimizer.attr("load_state_dict")(sd);
+    } catch (const py::error_already_set& e) {
+      error = fmt::format("{}: loading its state_dict() failed: {}",
+                          rule_->name, python_error(e));
+    }
+  }
+  TORCH_CHECK(error.empty(), error);
+  steps_ = steps;
 }
 
 }  // namespace bridge

@@ -6,17 +6,19 @@
 // (autograd will not run under a held GIL) and the other copy's Python step
 // proceed meanwhile.
 //
-// The parameter groups the rule receives, one per tensor, in this order,
-// each a dict with "params" (one tensor) and:
-//   "name"   layers.<l>.wq | .wk | .wv | .wo | .w1 | .w2, embedding,
-//            positional, layers.<l>.norm1, layers.<l>.norm2, norm_f, head
+// The parameter groups the rule receives, one per tensor, in the order of
+// optim::ParamSplit::all() (the hidden matrices layer by layer, then the
+// others), each a dict with "params" (one tensor) and, from the split's
+// roles (twins::param_split):
+//   "name"   layers.<l>.wq | .wk | .wv | .wo | .w1 | .w2, layers.<l>.norm1,
+//            layers.<l>.norm2, embedding, positional, norm_f, head
 //   "role"   wq, wk, wv, wo, w1, w2, embedding, positional, gain, head
 //   "layer"  the layer index, or None (embedding, positional, norm_f, head)
 //   "matrix" True for the hidden 2-D weights wq..w2 (Muon's set)
 // and on wq, wk, wv, wo (d_model x d_model):
 //   "heads", "head_dim"   heads per layer and rows per head
-//   "head_rows"           [[h * head_dim, (h + 1) * head_dim] for each head h]:
-//                         head h's rows of wq, wk, wv (its columns of wo)
+//   "head_rows"           [(h * head_dim, (h + 1) * head_dim) for each head
+//                         h]: head h's rows of wq, wk, wv (its columns of wo)
 //   "gauge"               True on wq and wk: the gauge rotates each head's
 //                         row block of both by the same A_h (docs/protocol.md
 //                         §2)
@@ -47,10 +49,10 @@ struct ParamGroupInfo {
   bool gauge = false;    // wq, wk: the gauge rotates its head row blocks
 };
 
-// The groups of `params`, in the order model::Transformer lists its matrix
-// and other parameters (embedding, positional, per layer norm1, norm2, then
-// norm_f and head); the roles follow from that order, checked against
-// params.qk. Throws when `params` is not a Transformer's split.
+// The groups of `params`, one per entry of params.all(), named from
+// params.roles (a layer's first gain is its norm1, the second its norm2).
+// Throws when the split carries no roles or a layer lacks one of its six
+// matrices.
 std::vector<ParamGroupInfo> param_groups(const optim::ParamSplit& params);
 
 // The options of the one parameter group the C++ side sees: the rate the
@@ -76,6 +78,16 @@ class PythonOptimizer : public torch::optim::Optimizer {
   // step(). A Python exception becomes a one-line error naming the rule,
   // the step (counted from 1) and the exception.
   torch::Tensor step(LossClosure closure = nullptr) override;
+
+  // The whole state: the rule's state_dict() (torch.save'd bytes: every
+  // buffer and step of torch.optim's own rules, and the groups' options)
+  // and the step count. Attributes a rule keeps outside its state_dict()
+  // are not part of it. A fresh adapter of the same rule on other tensors
+  // of the same shapes load()s it and continues as the saved one would
+  // have; a Python error (a layout that differs: load_state_dict's
+  // ValueError) is a one-line error naming the rule.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
 
   int64_t steps() const { return steps_; }
 

@@ -1,6 +1,8 @@
 // bridge.h in a build without Python support (CMake TWINS_PYTHON=OFF): the
 // names are still recognised, so that naming a Python rule is a one-line
-// error that says what is missing rather than "unknown optimizer".
+// error that says what is missing rather than "unknown optimizer". No
+// resolver is added: the registry knows no Python name, and tables made of
+// them (torch-zoo) are not listed.
 #include <c10/util/Exception.h>
 
 #include "bridge/bridge.h"
@@ -31,22 +33,23 @@ bool is_python_rule(const std::string& name) {
          starts_with(name, "python:");
 }
 
+void install() {}
+
 std::string resolve_rule(const std::string& name, const std::string&) {
   unavailable(name);
 }
 
 std::vector<std::string> resolve_rules(const std::vector<std::string>& names,
-                                       const std::string&) {
+                                       const std::string& args_json) {
   for (const auto& n : names) {
     if (is_python_rule(n))
       unavailable(n);
   }
+  TORCH_CHECK(args_json.empty(),
+              "--opt-args: the arguments are for Python rules (torch:NAME, "
+              "py:FILE.py:NAME) and --opt names none (a built-in rule's "
+              "hyperparameters are fixed)");
   return names;
-}
-
-void check_rule(const twins::PairSpec& spec) {
-  if (is_python_rule(spec.opt))
-    unavailable(spec.opt);
 }
 
 }  // namespace bridge

@@ -31,9 +31,9 @@ TEST(BridgeWithoutPython, RuleNamesAreOneLineErrors) {
   EXPECT_EQ(bridge::resolve_rules({"adam", "sgd"}),
             (std::vector<std::string>{"adam", "sgd"}));
   EXPECT_THROW(bridge::resolve_rules({"adam", "torch:SGD"}), c10::Error);
-  twins::PairSpec spec;
-  spec.opt = "torch:Adam";
-  EXPECT_THROW(bridge::check_rule(spec), c10::Error);
+  // --opt-args without a Python rule is refused, not ignored.
+  EXPECT_THROW(bridge::resolve_rules({"adam"}, "{\"momentum\": 0.9}"),
+               c10::Error);
 }
 
 #else  // the bridge itself
@@ -254,7 +254,7 @@ def record(groups, lr):
   const std::string name = bridge::resolve_rule("py:" + path + ":record");
   auto req = tiny_request(name, 1);
   req.lr = 0.1;  // factories have no default rate
-  bridge::check_rule(sweep::expand(req)[0]);
+  run(sweep::expand(req));
   std::ifstream in(seen);
   const nlohmann::json g = nlohmann::json::parse(in);
   ASSERT_EQ(g.size(), 20u);
@@ -290,9 +290,10 @@ TEST(BridgeNames, TorchNamesAreCanonicalAndTakeTheirDefaults) {
   EXPECT_EQ(twins::hparams_text(sgd.hparams),
             "dampening=0,differentiable=0,maximize=0,momentum=0.9,"
             "nesterov=0,weight_decay=0");
-  // lr among the arguments is the default rate, not part of the name.
+  // lr among the arguments is the default rate, part of the name (one
+  // registry entry, one default rate).
   const std::string b = bridge::resolve_rule("torch:SGD{\"lr\": 0.5}");
-  EXPECT_EQ(b, "torch:SGD");
+  EXPECT_EQ(b, "torch:SGD{\"lr\":0.5}");
   EXPECT_EQ(optim::find_optimizer(b).lr, 0.5);
   EXPECT_EQ(twins::default_lr(b, "mod47"), 0.5);
   EXPECT_EQ(optim::find_optimizer(bridge::resolve_rule("torch:Adam")).lr,
@@ -465,7 +466,7 @@ TEST(BridgeErrors, BadNamesFilesAndArguments) {
                        "exists only there"));
 }
 
-TEST(BridgeErrors, ARuleRejectingItsGroupsFailsBeforeAnyFile) {
+TEST(BridgeErrors, ARuleRejectingItsGroupsLeavesNoFile) {
   // Accepted by name, refused when built on the model's groups.
   const std::string path = write_rule("picky.py", R"(
 import torch
@@ -477,16 +478,16 @@ def picky(groups, lr, beta=0.5):
   const std::string name = bridge::resolve_rule("py:" + path + ":picky");
   auto req = tiny_request(name, 5);
   req.lr = 0.1;  // factories have no default rate
-  auto spec = sweep::expand(req)[0];
-  const std::string m = error_of([&] { bridge::check_rule(spec); });
+  const std::string out = (scratch() / "picky.jsonl").string();
+  const std::string m = error_of([&] { run(sweep::expand(req), 1, 1, out); });
   EXPECT_TRUE(contains(m, name + ": rejected its arguments or parameters: "
                                  "ValueError: no head, please"))
       << m;
-  const std::string kw =
-      bridge::resolve_rule("py:" + path + ":picky{\"gamma\": 1}");
-  spec.opt = kw;
-  EXPECT_TRUE(
-      contains(error_of([&] { bridge::check_rule(spec); }), "TypeError"));
+  EXPECT_FALSE(fs::exists(out));
+  req.opts = {bridge::resolve_rule("py:" + path + ":picky{\"gamma\": 1}")};
+  EXPECT_TRUE(contains(error_of([&] { run(sweep::expand(req), 1, 1, out); }),
+                       "TypeError"));
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(BridgeErrors, AnExceptionInStepNamesTheStepAndLeavesNoFile) {
