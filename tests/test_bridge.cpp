@@ -6,8 +6,11 @@
 // (TWINS_TEST_STUB), which only checks that stub's errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "bridge/bridge.h"
 #include "bridge_test_config.h"
+#include "sweep/tables.h"
 
 #ifdef TWINS_TEST_STUB
 
@@ -36,6 +39,19 @@ TEST(BridgeWithoutPython, RuleNamesAreOneLineErrors) {
                c10::Error);
 }
 
+TEST(BridgeWithoutPython, TheTorchZooIsNotListed) {
+  const auto names = sweep::table_names();
+  EXPECT_EQ(std::find(names.begin(), names.end(), "torch-zoo"), names.end());
+  try {
+    sweep::make_table("torch-zoo");
+    FAIL() << "torch-zoo made without Python rules";
+  } catch (const c10::Error& e) {
+    const std::string m = e.what_without_backtrace();
+    EXPECT_NE(m.find("runs no Python rules"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
 #else  // the bridge itself
 
 #include <fmt/format.h>
@@ -45,12 +61,12 @@ TEST(BridgeWithoutPython, RuleNamesAreOneLineErrors) {
 #include <filesystem>
 #include <fstream>
 
+#include "binary_helpers.h"
 #include "bridge/python_optimizer.h"
 #include "optim/registry.h"
 #include "report/verdict.h"
 #include "sweep/engine.h"
 #include "sweep/plan.h"
-#include "sweep/tables.h"
 #include "twins/defaults.h"
 #include "twins/pair.h"
 #include "twins/record.h"
@@ -539,6 +555,103 @@ class Poison(torch.optim.Optimizer):
   EXPECT_TRUE(v.verdict == report::VerdictClass::kUndetermined ||
               v.verdict == report::VerdictClass::kInvalid)
       << report::format_verdict_line(v);
+}
+
+// ---------------------------------------------------------------------------
+// torch.optim's own rules as a table
+
+TEST(BridgeTorchZoo, TheTableIsTorchOptimsRulesWithTheirPredictions) {
+  bridge::install();
+  const auto names = sweep::table_names();
+  ASSERT_NE(std::find(names.begin(), names.end(), "torch-zoo"), names.end());
+  const sweep::Table t = sweep::make_table("torch-zoo");
+  const auto opts = sweep::torch_optimizers();
+  ASSERT_EQ(opts.size(), 13u);
+  ASSERT_EQ(t.pairs.size(), 4 * opts.size());  // the verdict's four twins
+  for (const auto& opt : opts) {
+    // Each name is canonical: resolving it gives it back.
+    EXPECT_EQ(bridge::resolve_rule(opt), opt);
+    // The rate comes from the name (docs/results.md lists those tried).
+    const auto it = std::find_if(t.pairs.begin(), t.pairs.end(),
+                                 [&](const auto& p) { return p.opt == opt; });
+    ASSERT_NE(it, t.pairs.end()) << opt;
+    const double lr = nlohmann::json::parse(opt.substr(opt.find('{')))["lr"];
+    EXPECT_EQ(it->lr, lr) << opt;
+    // Scalar-coefficient updates (SGD, ASGD) are predicted equivariant,
+    // per-entry ones basis-dependent (docs/protocol.md §5).
+    const bool scalar = contains(opt, "torch:SGD") || contains(opt, "ASGD");
+    EXPECT_EQ(optim::find_optimizer(opt).predicted,
+              scalar ? optim::Equivariance::kEquivariant
+                     : optim::Equivariance::kBasisDependent)
+        << opt;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The twin-run binary
+
+TEST(BridgeCli, VerdictOfTorchRulesWithOptArgs) {
+  using namespace testing_helpers;
+  const fs::path dir = fresh_dir("bridge-cli");
+  const std::string model =
+      " --task mod11 --depth 2 --d-model 16 --heads 4 --steps 10 --lr 1e-3 ";
+  const Outcome o = twin_run(
+      "verdict --opt 'torch:Adam,torch:SGD{\"momentum\": 0.9}' --opt-args "
+      "'{\"weight_decay\": 0}'" + model + "--out v.jsonl --quiet", dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  // --opt-args merged into each rule, in the canonical names.
+  EXPECT_TRUE(contains(o.out, "torch:Adam{\"weight_decay\":0} basis-dependent"))
+      << o.out;
+  EXPECT_TRUE(contains(
+      o.out, "torch:SGD{\"momentum\":0.9,\"weight_decay\":0} equivariant"))
+      << o.out;
+  EXPECT_EQ(count_lines(slurp(dir / "v.jsonl")), 8);
+  fs::remove_all(dir);
+}
+
+TEST(BridgeCli, ErrorsAreOneLineANonZeroExitAndNoFile) {
+  using namespace testing_helpers;
+  const fs::path dir = fresh_dir("bridge-cli-errors");
+  std::ofstream(dir / "rules.py") << R"(
+import torch
+class Raises(torch.optim.SGD):
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, lr=lr)
+        self.t = 0
+    def step(self):
+        self.t += 1
+        if self.t == 2:
+            raise RuntimeError("bad step")
+        return super().step()
+)";
+  const std::string model =
+      " --task mod11 --depth 2 --d-model 16 --heads 4 --steps 5 --lr 0.1 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--opt py:missing.py:Rule", "no such file 'missing.py'"},
+      {"--opt py:rules.py:Nope", "defines no 'Nope' (it defines Raises)"},
+      {"--opt 'torch:SGD{\"momentum\": -1}'",
+       "rejected its arguments: ValueError: Invalid momentum value: -1"},
+      {"--opt torch:Adam --opt-args '{\"momentum\": 0.9}'",
+       "rejected its arguments: TypeError"},
+      {"--opt adam --opt-args '{\"momentum\": 0.9}'", "--opt names none"},
+      {"--opt py:rules.py:Raises",
+       ":Raises: step() raised at step 2: RuntimeError: bad step"}};
+  auto check = [&](const std::string& command, const std::string& message) {
+    const Outcome o =
+        twin_run(command + model + "--out r.jsonl --quiet", dir);
+    EXPECT_NE(o.code, 0) << command;
+    EXPECT_TRUE(contains(o.err, message)) << command << ": " << o.err;
+    EXPECT_EQ(count_lines(o.err), 1) << command << ": " << o.err;
+    EXPECT_FALSE(fs::exists(dir / "r.jsonl")) << command;
+  };
+  for (const auto& [flags, message] : cases)
+    check("verdict " + flags, message);
+  // The default run and merge resolve --opt the same way.
+  for (const std::string command : {"--twin gauge ", "merge --twin gauge "}) {
+    check(command + cases[1].first, cases[1].second);
+    check(command + cases.back().first, cases.back().second);
+  }
+  fs::remove_all(dir);
 }
 
 #endif
