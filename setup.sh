@@ -36,4 +36,9 @@ elif (($#)); then
   cmake -S . -B build "$@"
 fi
 cmake --build build -j "$(nproc)"
+# `import twins` for the Python that has its torch: the module goes where pip
+# installs for it (docs/extending.md); nothing to do without Python support.
+if grep -q '^TWINS_PYTHON:BOOL=ON' build/CMakeCache.txt; then
+  cmake --install build --component python
+fi
 echo "setup: done in $((SECONDS - start)) s"
