@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 # (scripts/check-torch2.sh). Their services are not started here.
 packages=(build-essential cmake libtorch-dev libfmt-dev libcli11-dev
           libgtest-dev nlohmann-json3-dev libopenblas0-pthread gnuplot-nox
-          python3-torch slurm-wlm munge parallel debootstrap)
+          python3-torch python3-dev pybind11-dev slurm-wlm munge parallel debootstrap)
 start=$SECONDS
 missing=()
 for p in "${packages[@]}"; do
@@ -36,4 +36,9 @@ elif (($#)); then
   cmake -S . -B build "$@"
 fi
 cmake --build build -j "$(nproc)"
+# `import twins` for the Python that has its torch: the module goes where pip
+# installs for it (docs/extending.md); nothing to do without Python support.
+if grep -q '^TWINS_PYTHON:BOOL=ON' build/CMakeCache.txt; then
+  cmake --install build --component python
+fi
 echo "setup: done in $((SECONDS - start)) s"

@@ -17,7 +17,8 @@ CLI::App* setup_bench(CLI::App& app, BenchFlags& f) {
       "PyTorch side by side");
   add_names(*cmd, "--rows", f.options.rows,
             "Rows, comma-separated: mod47-f32 (copies concurrent), "
-            "mod47-f32-seq1, mod47-f32-seq2 (copies one after the other on "
+            "mod47-torchadam (the same with torch.optim.Adam stepped "
+            "in Python; with Python support), mod47-f32-seq1, mod47-f32-seq2 (copies one after the other on "
             "1 / 2 threads), mod47-f64, charlm-f32, charlm-f64 [default: "
             "all]");
   cmd->add_flag("--vs-pytorch", f.options.vs_pytorch,

@@ -1,6 +1,8 @@
-// What every command does with the entry point's outcome in the report
-// layer's terms (sweep/ does not see report/): the aggregate of a table,
-// a merge or results files, written beside its results.
+// What every command does around the entry point: the Python rules of
+// --opt named canonically before it (sweep/ does not see bridge/), and the
+// outcome in the report layer's terms after it (sweep/ does not see
+// report/): the aggregate of a table, a merge or results files, written
+// beside its results.
 #pragma once
 
 #include <string>
@@ -14,6 +16,12 @@ namespace app {
 // writes <summary_stem>.md, .csv (and with `plot` the figures), printing
 // the Markdown (report/output.h).
 void write_aggregate(const sweep::CommandOutcome& outcome, bool plot);
+
+// `request` with the Python rules of its --opt list (torch:, py:) resolved
+// to their canonical names, `opt_args` (--opt-args) merged into each
+// (bridge/bridge.h): what the records and their keys carry.
+sweep::CommandRequest with_python_rules(sweep::CommandRequest request,
+                                        const std::string& opt_args);
 
 // The layout name of records that name no table (report::infer_layout),
 // for CommandRequest::layout_of.

@@ -112,12 +112,23 @@ void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
                  "data/tinyshakespeare.txt]");
 }
 
+void add_opt_args(CLI::App& app, std::string& opt_args) {
+  app.add_option("--opt-args", opt_args,
+                 "Keyword arguments of the Python rules in --opt (torch:NAME, "
+                 "py:FILE.py:NAME), one JSON object, e.g. '{\"momentum\": "
+                 "0.9}'; a rule's own arguments (torch:SGD{...}) win "
+                 "(docs/extending.md)")
+      ->check(non_empty());
+}
+
 void add_pair_list_flags(CLI::App& app, sweep::CommandRequest& r,
-                         const std::string& out_help) {
+                         std::string& opt_args, const std::string& out_help) {
   sweep::PlanRequest& p = r.plan;
   add_names(app, "--opt", p.opts,
-            "Optimizers, comma-separated (see --list-optimizers). Without "
-            "--opt and --twin: the seven Table-3 pairs");
+            "Optimizers, comma-separated (see --list-optimizers; Python "
+            "rules: torch:NAME, py:FILE.py:NAME). Without --opt and --twin: "
+            "the seven Table-3 pairs");
+  add_opt_args(app, opt_args);
   add_names(app, "--twin", p.twins,
             "Twin kinds, comma-separated: gauge (per-head orthogonal A_h on "
             "W_Q/W_K rows), identity (A_h = I, must stay exactly 0), noise "
@@ -180,6 +191,32 @@ namespace {
 
 using CLI::ValidationError;
 
+// The next comma of `text` from `start` that separates elements: not one
+// inside a JSON object, array or string (a Python rule's arguments,
+// torch:SGD{"momentum":0.9,"nesterov":true}); npos when none.
+size_t separator(const std::string& text, size_t start) {
+  int depth = 0;
+  bool quoted = false;
+  for (size_t i = start; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        quoted = false;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    } else if (c == ',' && depth == 0) {
+      return i;
+    }
+  }
+  return std::string::npos;
+}
+
 // The elements of a comma-separated `text`; none may be empty or repeated.
 std::vector<std::string> split_list(const std::string& flag,
                                     const std::string& text) {
@@ -188,7 +225,7 @@ std::vector<std::string> split_list(const std::string& flag,
   std::vector<std::string> out;
   size_t start = 0;
   while (true) {
-    const size_t comma = text.find(',', start);
+    const size_t comma = separator(text, start);
     std::string item = text.substr(start, comma - start);
     if (item.empty())
       throw ValidationError(flag, "empty element in '" + text + "'");

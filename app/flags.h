@@ -33,7 +33,9 @@ constexpr int64_t kMaxSteps = 1000000000;  // 1e9: days on any device
 // 'adam,,sgd'"), an element given twice ("--rows: 'x' appears twice in
 // 'x,x'") and an element not of the list's kind ("--init-seed: '4x2'
 // is not a seed (a non-negative integer)") are one-line errors naming the
-// flag, at parse time. The list replaces `out` when the flag is given.
+// flag, at parse time. A comma inside braces, brackets or quotes (a Python
+// rule's JSON arguments) separates nothing. The list replaces `out` when
+// the flag is given.
 CLI::Option* add_names(CLI::App& app, const std::string& flag,
                        std::vector<std::string>& out, const std::string& help);
 CLI::Option* add_seeds(CLI::App& app, const std::string& flag,
@@ -52,11 +54,16 @@ CLI::Validator non_empty();
 // tasks' own (data::task_defaults).
 void add_pair_flags(CLI::App& app, sweep::PlanRequest& plan);
 
-// --opt, --twin, --init-seed, --twin-seed, --noise-scale, --p, the pair
-// flags and the engine flags (results file default `out_help`), bound to
-// `request`: what every command that takes a list of pairs accepts.
+// --opt-args: the keyword arguments of the Python rules of --opt, one JSON
+// object, resolved into their names by resolved_rules (app/common.h).
+void add_opt_args(CLI::App& app, std::string& opt_args);
+
+// --opt, --opt-args (into `opt_args`), --twin, --init-seed, --twin-seed,
+// --noise-scale, --p, the pair flags and the engine flags (results file
+// default `out_help`), bound to `request`: what every command that takes a
+// list of pairs accepts.
 void add_pair_list_flags(CLI::App& app, sweep::CommandRequest& request,
-                         const std::string& out_help);
+                         std::string& opt_args, const std::string& out_help);
 
 // --out (with `out_help`), --jobs, --threads (default
 // sweep::default_threads(request.kind)), --no-share, --quiet,

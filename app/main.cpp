@@ -14,6 +14,7 @@
 #include "app/run_cmd.h"
 #include "app/table_cmd.h"
 #include "app/verdict_cmd.h"
+#include "bridge/bridge.h"
 #include "twins/device.h"
 
 namespace {
@@ -50,6 +51,7 @@ std::string empty_value(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   twins::keep_freed_memory();  // before the first tensor
+  bridge::install();            // the torch: and py: names (bridge/bridge.h)
   CLI::App cli{
       "twin-run: train two copies of a small transformer that compute the "
       "same function (one with each head's W_Q, W_K rotated by a random "

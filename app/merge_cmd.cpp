@@ -15,7 +15,7 @@ CLI::App* setup_merge(CLI::App& parent, MergeFlags& f) {
       "between the two copies and its barrier, naive and after aligning copy "
       "2's heads to copy 1's by orthogonal Procrustes; or measure pairs saved "
       "by --save-models (--models)");
-  add_pair_list_flags(*cmd, f.request,
+  add_pair_list_flags(*cmd, f.request, f.opt_args,
                       "Results file (JSON lines) [default: a new file "
                       "runs/merge-<task>-<date>-<time>.jsonl]");
   add_steps(*cmd, "--merge-at", f.request.plan.merge_at,
@@ -50,7 +50,7 @@ CLI::App* setup_merge(CLI::App& parent, MergeFlags& f) {
 }
 
 int run_merge(const MergeFlags& f) {
-  sweep::CommandRequest r = f.request;
+  sweep::CommandRequest r = with_python_rules(f.request, f.opt_args);
   if (!r.models.empty())
     r.kind = sweep::CommandKind::kMergeSaved;
   const sweep::CommandOutcome o = sweep::run_command(r);

@@ -14,6 +14,7 @@ struct MergeFlags {
   // The pairs (the default command's flags and --merge-at), or with
   // --models the directory of saved pairs.
   sweep::CommandRequest request{sweep::CommandKind::kMerge};
+  std::string opt_args;  // --opt-args
   bool plot = false;  // also draw the loss along lambda
 };
 

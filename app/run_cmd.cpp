@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "app/common.h"
 #include "app/flags.h"
+#include "bridge/bridge.h"
 #include "optim/registry.h"
 #include "report/summary.h"
 #include "twins/defaults.h"
@@ -10,7 +12,7 @@
 namespace app {
 
 void setup_run(CLI::App& app, RunFlags& f) {
-  add_pair_list_flags(app, f.request,
+  add_pair_list_flags(app, f.request, f.opt_args,
                       "Results file (JSON lines) [default: a new file "
                       "runs/<task>-<date>-<time>.jsonl]");
   app.add_flag("--list-optimizers", f.list_optimizers,
@@ -36,6 +38,11 @@ void print_optimizers() {
                optim::to_string(info.predicted), rate(name, "mod47"),
                rate(name, "charlm"), info.summary);
   }
+  fmt::print("Python rules ({}): torch:NAME (torch.optim.NAME), "
+             "py:FILE.py:NAME, arguments as JSON (--opt-args); "
+             "docs/extending.md\n",
+             bridge::available() ? "this build runs them"
+                                 : "not in this build");
 }
 
 }  // namespace
@@ -45,7 +52,8 @@ int run_run(const RunFlags& f) {
     print_optimizers();
     return 0;
   }
-  const sweep::CommandOutcome o = sweep::run_command(f.request);
+  const sweep::CommandOutcome o =
+      sweep::run_command(with_python_rules(f.request, f.opt_args));
   fmt::print("{}{}", report::format_drift_table(o.results()),
              sweep::outcome_line(o));
   return 0;

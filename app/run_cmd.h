@@ -10,6 +10,7 @@ namespace app {
 
 struct RunFlags {
   sweep::CommandRequest request;  // kind kRun
+  std::string opt_args;           // --opt-args
   bool list_optimizers = false;
 };
 

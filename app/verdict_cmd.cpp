@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "app/common.h"
 #include "app/flags.h"
 #include "optim/registry.h"
 #include "report/verdict.h"
@@ -16,8 +17,10 @@ CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& f) {
       "invalid (nondeterministic)");
   sweep::PlanRequest& p = f.request.plan;
   add_names(*cmd, "--opt", p.opts,
-            "Optimizers to judge, comma-separated (see --list-optimizers)")
+            "Optimizers to judge, comma-separated (see --list-optimizers; "
+            "Python rules: torch:NAME, py:FILE.py:NAME)")
       ->required();
+  add_opt_args(*cmd, f.opt_args);
   add_reals(*cmd, "--p", p.adam_ps,
             "Exponents in [0, 1] for a bare adam-p in --opt, comma-separated "
             "[default: 0.5]");
@@ -34,7 +37,8 @@ CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& f) {
 }
 
 int run_verdict(const VerdictFlags& f) {
-  const sweep::CommandOutcome o = sweep::run_command(f.request);
+  const sweep::CommandOutcome o =
+      sweep::run_command(with_python_rules(f.request, f.opt_args));
   for (const auto& v : report::judge_all(o.results())) {
     fmt::print("{}; predicted {}\n", report::format_verdict_line(v),
                optim::to_string(optim::find_optimizer(v.opt).predicted));

@@ -11,6 +11,7 @@ namespace app {
 
 struct VerdictFlags {
   sweep::CommandRequest request{sweep::CommandKind::kVerdict};
+  std::string opt_args;  // --opt-args
 };
 
 // Adds the `verdict` subcommand to `parent`, bound to `flags`.

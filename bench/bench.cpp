@@ -15,6 +15,7 @@
 
 #include "data/charlm.h"
 #include "model/flops.h"
+#include "optim/registry.h"
 #include "twins/defaults.h"
 #include "twins/device.h"
 #include "twins/io.h"
@@ -60,9 +61,10 @@ Schedule schedule_for(const PairSpec& spec, bool quick) {
 }
 
 // The Table-3 headline pair (adam gauge, init 42, gauge seed 777) at the
-// task's default shape, as a run would resolve it.
-PairSpec bench_spec(const std::string& task, torch::Dtype dtype) {
-  PairSpec s = twins::default_spec(task, "adam");
+// task's default shape, as a run would resolve it; `opt` in adam's place.
+PairSpec bench_spec(const std::string& task, torch::Dtype dtype,
+                    const std::string& opt) {
+  PairSpec s = twins::default_spec(task, opt);
   s.dtype = dtype;
   return s;
 }
@@ -72,16 +74,28 @@ struct RowDef {
   std::string task;
   torch::Dtype dtype;
   ThreadConfig threads;
+  std::string opt = "adam";
 };
+
+// torch.optim's Adam stepped in Python beside the built-in adam: the cost
+// of a Python step(). Only in a program whose registry resolves torch:
+// names (twin-run built with Python support).
+constexpr const char* kTorchAdam = "torch:Adam";
 
 std::vector<RowDef> row_defs() {
   const ThreadConfig conc{true, 1}, seq1{false, 1}, seq2{false, 2};
-  return {{"mod47-f32", "mod47", torch::kFloat, conc},
-          {"mod47-f32-seq1", "mod47", torch::kFloat, seq1},
-          {"mod47-f32-seq2", "mod47", torch::kFloat, seq2},
-          {"mod47-f64", "mod47", torch::kDouble, conc},
-          {"charlm-f32", "charlm", torch::kFloat, conc},
-          {"charlm-f64", "charlm", torch::kDouble, conc}};
+  std::vector<RowDef> rows = {
+      {"mod47-f32", "mod47", torch::kFloat, conc},
+      {"mod47-f32-seq1", "mod47", torch::kFloat, seq1},
+      {"mod47-f32-seq2", "mod47", torch::kFloat, seq2},
+      {"mod47-f64", "mod47", torch::kDouble, conc},
+      {"charlm-f32", "charlm", torch::kFloat, conc},
+      {"charlm-f64", "charlm", torch::kDouble, conc}};
+  if (optim::has_resolver(kTorchAdam)) {
+    rows.insert(rows.begin() + 1, {"mod47-torchadam", "mod47",
+                                   torch::kFloat, conc, kTorchAdam});
+  }
+  return rows;
 }
 
 // The model config and the (sequences, length) of one training step.
@@ -281,7 +295,7 @@ std::vector<BenchRow> run_bench(const BenchOptions& options,
     BenchRow row;
     row.name = def.name;
     row.threads = def.threads;
-    row.spec = bench_spec(def.task, def.dtype);
+    row.spec = bench_spec(def.task, def.dtype, def.opt);
     row.spec.device = options.device;
     const Schedule sch = schedule_for(row.spec, options.quick);
     row.spec.steps = sch.warmup + sch.segment * options.repeats;

@@ -186,6 +186,12 @@ bool has_optimizer(const std::string& name) {
   }
 }
 
+bool has_resolver(const std::string& name) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return family_of(r, name) != nullptr;
+}
+
 std::vector<std::string> optimizer_names() {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

@@ -132,6 +132,9 @@ bool register_resolver(std::string prefix, Resolver resolve);
 // (known: ...)" when none gives one, and passes on a resolver's error.
 const OptimizerInfo& find_optimizer(const std::string& name);
 bool has_optimizer(const std::string& name);  // find_optimizer would succeed
+// Whether a resolver's prefix begins `name` (and `name` is longer): the
+// name's family is known to this program. Resolves nothing.
+bool has_resolver(const std::string& name);
 std::vector<std::string> optimizer_names();   // registered, in order
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(

@@ -94,6 +94,16 @@ std::vector<PairSpec> modern_zoo_pairs(const PlanRequest& base) {
   return verdicts_of(base, modern_optimizers());
 }
 
+// torch.optim's own classes run through a program's Python resolvers
+// (bridge/): their names resolve only where one is registered.
+std::vector<PairSpec> torch_zoo_pairs(const PlanRequest& base) {
+  TORCH_CHECK(optim::has_resolver(torch_optimizers().front()),
+              "table torch-zoo: this program runs no Python rules (a twin-run "
+              "built without Python support: install python3-dev, "
+              "pybind11-dev and python3-torch, then reconfigure)");
+  return verdicts_of(base, torch_optimizers());
+}
+
 // Gauge twins of adam-p at every p of the dial, one learning rate for every
 // p (adam-p's default, 1e-3).
 std::vector<PairSpec> dial_pairs(const PlanRequest& base) {
@@ -190,6 +200,10 @@ const Config kConfigs[] = {
      "Optimizers in current use: gauge, identity, noise 1e-7 and 1e-5 twins "
      "per optimizer, mod-47 2L d64, 1500 steps, CPU float32",
      kTable3Model, "cpu", modern_zoo_pairs},
+    {"torch-zoo", "zoo",
+     "torch.optim's own optimizers (Python): gauge, identity, noise 1e-7 "
+     "and 1e-5 twins per optimizer, mod-47 2L d64, 1500 steps, CPU float32",
+     kTable3Model, "cpu", torch_zoo_pairs},
     {"dial", "dial",
      "Adam-p dial inside attention: gauge twins for p in {0, 1/8, 1/4, 1/2, "
      "3/4, 1}, lr 1e-3, mod-47 2L d64, 1500 steps, CPU float32",
@@ -265,6 +279,9 @@ std::vector<int64_t> default_merge_steps(int64_t steps) {
 std::vector<std::string> table_names() {
   std::vector<std::string> out;
   for (const auto& c : kConfigs) {
+    if (c.pairs == torch_zoo_pairs &&
+        !optim::has_resolver(torch_optimizers().front()))
+      continue;  // not in a program without Python rules
     out.push_back(c.name);
   }
   return out;
@@ -345,6 +362,25 @@ std::vector<std::string> modern_optimizers() {
   return {"soap",       "soap-right",   "adam-mini",    "normuon",
           "adamuon",    "scion-col",    "scion-row",    "shampoo-graft",
           "muon-torch", "cautious-sgd", "cautious-adam"};
+}
+
+std::vector<std::string> torch_optimizers() {
+  // Canonical names (keys sorted, no spaces): lr is each one's rate on the
+  // Table-3 model, chosen so that it trains (docs/results.md lists the
+  // rates tried).
+  return {R"(torch:Adam{"lr":0.001})",
+          R"(torch:AdamW{"lr":0.001,"weight_decay":0})",
+          R"(torch:NAdam{"lr":0.001})",
+          R"(torch:RAdam{"lr":0.001})",
+          R"(torch:Adamax{"lr":0.002})",
+          R"(torch:Adagrad{"lr":0.01})",
+          R"(torch:Adadelta{"lr":1.0})",
+          R"(torch:RMSprop{"lr":0.001})",
+          R"(torch:Rprop{"lr":0.001})",
+          R"(torch:ASGD{"lr":2.0})",
+          R"(torch:SGD{"lr":0.5})",
+          R"(torch:SGD{"lr":0.5,"momentum":0.9})",
+          R"(torch:SGD{"lr":0.5,"momentum":0.9,"nesterov":true})"};
 }
 
 std::vector<double> dial_exponents() {

@@ -34,7 +34,8 @@ struct Table {
 };
 
 // table3, multiseed, table9-mod47, table9-mod97-4L, table9-mod97-6L,
-// table9-charlm, and beyond the paper zoo, dial and merge.
+// table9-charlm, and beyond the paper zoo, zoo-modern, torch-zoo (only
+// where Python rules resolve), dial and merge.
 std::vector<std::string> table_names();
 
 // The job list of `name` with `overrides` applied. Throws "Unknown table:
@@ -71,6 +72,13 @@ std::vector<std::string> zoo_optimizers();
 // soap, soap-right, adam-mini, normuon, adamuon, scion-col, scion-row,
 // shampoo-graft, muon-torch, cautious-sgd, cautious-adam.
 std::vector<std::string> modern_optimizers();
+
+// torch.optim's own optimizers (table torch-zoo, docs/results.md), as
+// canonical Python rule names with their rates: Adam, AdamW (weight decay
+// 0), NAdam, RAdam, Adamax, Adagrad, Adadelta, RMSprop, Rprop, ASGD, SGD
+// plain, heavy-ball and Nesterov. The table exists only in a program whose
+// registry resolves them (optim::has_resolver: twin-run with Python).
+std::vector<std::string> torch_optimizers();
 
 // The merge steps of a run of `steps` steps when none are given: 1, 100 and
 // the last, those within the run (docs/protocol.md §9).

@@ -1,0 +1,202 @@
+#include "bridge/python.h"
+
+#include <fmt/format.h>
+#include <pybind11/embed.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "bridge/python_optimizer.h"
+
+namespace bridge {
+
+namespace {
+
+// The interpreter this process embedded (twin-run, the tests): started
+// once, its main thread state parked while C++ runs, finalised at exit.
+// Inside `import twins` the Python process owns the interpreter and this
+// stays empty.
+struct Embedded {
+  PyThreadState* parked = nullptr;
+  ~Embedded() {
+    if (!parked)
+      return;
+    PyEval_RestoreThread(parked);
+    py::finalize_interpreter();
+  }
+};
+
+std::mutex start_mutex;
+
+std::string first_line(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
+
+}  // namespace
+
+void ensure_interpreter() {
+  std::lock_guard<std::mutex> lock(start_mutex);
+  static Embedded embedded;
+  if (embedded.parked || Py_IsInitialized())
+    return;
+  py::initialize_interpreter(/*init_signal_handlers=*/false);
+  std::string error;
+  try {
+    py::module_::import("torch");
+  } catch (const py::error_already_set& e) {
+    error = python_error(e);
+  }
+  embedded.parked = PyEval_SaveThread();
+  TORCH_CHECK(error.empty(), "Python rules: 'import torch' failed in Python ",
+              PY_VERSION, ": ", error);
+}
+
+std::string python_error(const py::error_already_set& e) {
+  std::string type = "Python error", message;
+  try {
+    if (e.type())
+      type = py::str(e.type().attr("__name__"));
+    if (e.value())
+      message = first_line(py::str(e.value()));
+  } catch (const py::error_already_set&) {
+    // An exception whose str() raises: its type is all there is.
+  }
+  return message.empty() ? type : type + ": " + message;
+}
+
+py::object Rule::callable() const {
+  switch (kind) {
+    case Kind::kTorch:
+      return py::module_::import("torch.optim").attr(target.c_str());
+    case Kind::kFile:
+      return load_module().attr(target.c_str());
+    case Kind::kCallable:
+      return py::module_::import("_twins_rules").attr("rules")[name.c_str()];
+  }
+  return py::none();
+}
+
+py::object Rule::load_module() const {
+  // Executed from the content that was hashed, not reread: the rule that
+  // runs is the one the name identifies. The file's directory is on
+  // sys.path while it runs, as for a script, so that it can import its
+  // neighbours.
+  py::module_ sys = py::module_::import("sys");
+  py::object os_path = py::module_::import("os.path");
+  const std::string module_name = "twins_rule_" + content_hash(source);
+  py::object module =
+      py::module_::import("types").attr("ModuleType")(module_name);
+  module.attr("__file__") = path;
+  sys.attr("modules")[module_name.c_str()] = module;
+  py::object dir = os_path.attr("dirname")(os_path.attr("abspath")(path));
+  py::list sys_path = sys.attr("path");
+  sys_path.insert(0, dir);
+  py::module_ builtins = py::module_::import("builtins");
+  try {
+    py::object code = builtins.attr("compile")(py::bytes(source), path, "exec");
+    builtins.attr("exec")(code, module.attr("__dict__"));
+  } catch (...) {
+    sys_path.attr("remove")(dir);
+    throw;
+  }
+  sys_path.attr("remove")(dir);
+  return module;
+}
+
+py::dict Rule::kwargs(double lr) const {
+  py::dict d = py::module_::import("json").attr("loads")(
+      args_json.empty() ? std::string("{}") : args_json);
+  d["lr"] = lr;
+  return d;
+}
+
+optim::OptimizerInfo rule_info(std::shared_ptr<const Rule> rule,
+                               std::string summary,
+                               optim::Equivariance predicted,
+                               optim::Hparams hparams, double lr) {
+  optim::OptimizerInfo info;
+  info.name = rule->name;
+  info.summary = std::move(summary);
+  info.predicted = predicted;
+  info.hparams = std::move(hparams);
+  info.lr = lr;
+  info.make = [rule](const optim::ParamSplit& p,
+                     double rate) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<PythonOptimizer>(rule, p, rate);
+  };
+  return info;
+}
+
+std::string content_hash(const std::string& bytes) {
+  py::object h =
+      py::module_::import("hashlib").attr("sha256")(py::bytes(bytes));
+  return h.attr("hexdigest")().cast<std::string>().substr(0, 16);
+}
+
+optim::Equivariance stated_prediction(const py::object& fn,
+                                      optim::Equivariance fallback,
+                                      const std::string& rule) {
+  if (!py::hasattr(fn, "twins_predicted"))
+    return fallback;
+  const std::string s = py::str(fn.attr("twins_predicted"));
+  for (auto e : {optim::Equivariance::kEquivariant,
+                 optim::Equivariance::kBasisDependent}) {
+    if (s == optim::to_string(e))
+      return e;
+  }
+  TORCH_CHECK(false, rule, ": twins_predicted is '", s,
+              "' (expected 'equivariant' or 'basis-dependent')");
+}
+
+double signature_lr(const py::object& fn) {
+  try {
+    py::object sig = py::module_::import("inspect").attr("signature")(fn);
+    py::dict params = sig.attr("parameters").attr("copy")();
+    if (!params.contains("lr"))
+      return 0;
+    py::object d = params["lr"].attr("default");
+    if (py::isinstance<py::bool_>(d) ||
+        !(py::isinstance<py::float_>(d) || py::isinstance<py::int_>(d)))
+      return 0;
+    const double lr = d.cast<double>();
+    return lr > 0 && std::isfinite(lr) ? lr : 0;
+  } catch (const py::error_already_set&) {
+    return 0;  // a builtin without a signature
+  }
+}
+
+optim::Hparams numeric_hparams(const py::dict& d) {
+  auto number = [](const py::handle& v, double* out) {
+    if (py::isinstance<py::bool_>(v)) {
+      *out = v.cast<bool>() ? 1.0 : 0.0;
+      return true;
+    }
+    if (py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v)) {
+      *out = v.cast<double>();
+      return true;
+    }
+    return false;
+  };
+  optim::Hparams out;
+  for (const auto& [k, v] : d) {
+    const std::string name = py::str(k);
+    if (name == "params" || name == "lr")
+      continue;
+    double x = 0;
+    if (number(v, &x)) {
+      out.emplace_back(name, x);
+    } else if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+      size_t i = 0;
+      for (const auto& item : v) {
+        if (number(item, &x))
+          out.emplace_back(fmt::format("{}.{}", name, i), x);
+        ++i;
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace bridge

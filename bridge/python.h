@@ -1,0 +1,88 @@
+// Inside bridge/ only: the interpreter, the GIL and the rules' Python
+// objects. Every function here that returns or takes a py::object must be
+// called with the GIL held; the others say when they take it.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+
+#include "optim/base.h"
+#include "optim/registry.h"
+
+namespace bridge {
+
+namespace py = pybind11;
+
+// Starts the embedded interpreter (without Python's signal handlers, so
+// Ctrl-C stops twin-run as before) when none is running, imports torch and
+// releases the GIL; a no-op inside a Python process (`import twins`) or once
+// done. Call without the GIL. Throws a one-line error when torch does not
+// import.
+void ensure_interpreter();
+
+// "TypeError: message" (the message's first line) of the Python exception
+// `e`, with the GIL held.
+std::string python_error(const py::error_already_set& e);
+
+// How a registered rule builds its Python optimizer; immutable once
+// registered, shared by every optimizer made from it.
+struct Rule {
+  enum class Kind {
+    kTorch,     // torch.optim.<target>
+    kFile,      // <target> defined in the file `path` (content `source`)
+    kCallable,  // the Python callable registered under `name`
+  };
+  Kind kind = Kind::kTorch;
+  std::string name;       // the canonical (registered) name
+  std::string target;     // the class or factory name
+  std::string path;       // kFile: the file as named (normalised)
+  std::string source;     // kFile: its content when resolved: what runs
+  std::string args_json;  // canonical JSON object of the keyword arguments
+
+  // The class or factory (a kFile rule's file is executed afresh, so that
+  // the two copies of a pair never share module-level state). GIL held.
+  py::object callable() const;
+  // kFile: `source` executed as a fresh module named after its hash. GIL
+  // held.
+  py::object load_module() const;
+  // args_json as a dict, with lr = `lr`. GIL held.
+  py::dict kwargs(double lr) const;
+};
+
+// The registry entry of `rule`: its factory builds a PythonOptimizer,
+// `hparams` and `predicted` as given, lr the default learning rate (0:
+// none).
+optim::OptimizerInfo rule_info(std::shared_ptr<const Rule> rule,
+                               std::string summary,
+                               optim::Equivariance predicted,
+                               optim::Hparams hparams, double lr);
+
+// The first 16 hex digits of the SHA-256 of `bytes` (hashlib). GIL held.
+std::string content_hash(const std::string& bytes);
+
+// The rule's stated class: the attribute `twins_predicted` of the class or
+// factory ("equivariant" or "basis-dependent"), `fallback` without one.
+// Throws naming `rule` for another value. GIL held.
+optim::Equivariance stated_prediction(const py::object& fn,
+                                      optim::Equivariance fallback,
+                                      const std::string& rule);
+
+// The numeric default of the `lr` parameter of `fn`'s signature, 0 when it
+// has none (torch.optim.SGD's `required`). GIL held.
+double signature_lr(const py::object& fn);
+
+// The numbers of a hyperparameter dict as (name, value) pairs sorted by
+// name: bools 0 / 1, numbers, sequences of numbers as name.0, name.1, ...;
+// "params", "lr" and everything else (None, strings) left out. GIL held.
+optim::Hparams numeric_hparams(const py::dict& d);
+
+// A Python callable's own rule (the module's twins.run(MyAdam)): registers
+// `fn` with `args_json` under python:MODULE.QUALNAME#HASH{...}, HASH over its
+// source (or its code objects where the source is not available), resolves
+// it and returns that name. GIL held.
+std::string register_callable(const py::object& fn,
+                              const std::string& args_json);
+
+}  // namespace bridge

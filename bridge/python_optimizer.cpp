@@ -1,0 +1,239 @@
+#include "bridge/python_optimizer.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstring>
+#include <map>
+
+#include "bridge/python.h"
+
+namespace bridge {
+
+namespace {
+
+constexpr int kMatricesPerLayer = 6;  // wq, wk, wv, wo, w1, w2
+
+// The C++ tensor as a Python torch.Tensor: the same TensorImpl, so an
+// in-place update from Python is one of the model's parameters.
+py::object wrap(const torch::Tensor& t) {
+  PyObject* o = THPVariable_Wrap(t);
+  if (!o)
+    throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(o);
+}
+
+py::list python_groups(const std::vector<ParamGroupInfo>& groups) {
+  py::list out;
+  for (const auto& g : groups) {
+    py::dict d;
+    py::list params;
+    params.append(wrap(g.param));
+    d["params"] = params;
+    d["name"] = g.name;
+    d["role"] = g.role;
+    d["layer"] = g.layer >= 0 ? py::object(py::int_(g.layer)) : py::none();
+    d["matrix"] = g.matrix;
+    if (g.heads > 0) {
+      d["heads"] = g.heads;
+      d["head_dim"] = g.head_dim;
+      py::list rows;
+      for (int64_t h = 0; h < g.heads; ++h)
+        rows.append(py::make_tuple(h * g.head_dim, (h + 1) * g.head_dim));
+      d["head_rows"] = rows;
+      d["gauge"] = g.gauge;
+    }
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<ParamGroupInfo> param_groups(const optim::ParamSplit& p) {
+  const std::vector<torch::Tensor> all = p.all();
+  TORCH_CHECK(p.roles.size() == all.size() && p.heads >= 1,
+              "Python rules: the parameters carry no roles (",
+              p.roles.size(), " roles for ", all.size(),
+              " tensors; twins::param_split gives them)");
+  std::vector<ParamGroupInfo> out;
+  std::map<int64_t, int> gains, matrices;  // per layer, seen so far
+  for (size_t i = 0; i < all.size(); ++i) {
+    const optim::ParamRole& r = p.roles[i];
+    ParamGroupInfo g;
+    g.param = all[i];
+    g.role = optim::to_string(r.role);
+    g.layer = r.layer;
+    switch (r.role) {
+      case optim::Role::kWq:
+      case optim::Role::kWk:
+      case optim::Role::kWv:
+      case optim::Role::kWo: {
+        // The attention's projections: d_model rows (W_O: columns) per
+        // layer, head_dim of them per head.
+        const int64_t d = all[i].size(r.role == optim::Role::kWo ? 1 : 0);
+        g.heads = p.heads;
+        g.head_dim = d / p.heads;
+        g.gauge = r.role == optim::Role::kWq || r.role == optim::Role::kWk;
+      }
+        [[fallthrough]];
+      case optim::Role::kW1:
+      case optim::Role::kW2:
+        g.matrix = true;
+        ++matrices[r.layer];
+        break;
+      case optim::Role::kGain:
+        if (r.layer >= 0) {
+          const int n = ++gains[r.layer];
+          TORCH_CHECK(n <= 2, "Python rules: layer ", r.layer,
+                      " has more than two gains");
+          g.name = fmt::format("layers.{}.norm{}", r.layer, n);
+        } else {
+          g.name = "norm_f";
+        }
+        break;
+      default:
+        break;
+    }
+    if (g.name.empty()) {
+      g.name = r.layer >= 0 ? fmt::format("layers.{}.{}", r.layer, g.role)
+                            : g.role;
+    }
+    out.push_back(std::move(g));
+  }
+  for (const auto& [layer, n] : matrices) {
+    TORCH_CHECK(n == kMatricesPerLayer, "Python rules: layer ", layer, " has ",
+                n, " matrices (expected wq, wk, wv, wo, w1, w2)");
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+
+struct PythonOptimizer::State {
+  py::object optimizer;
+  py::object step;
+};
+
+PythonOptimizer::PythonOptimizer(std::shared_ptr<const Rule> rule,
+                                 const optim::ParamSplit& params, double lr)
+    : torch::optim::Optimizer({torch::optim::OptimizerParamGroup(params.all())},
+                              std::make_unique<PythonOptimizerOptions>(lr)),
+      rule_(std::move(rule)) {
+  const std::vector<ParamGroupInfo> groups = bridge::param_groups(params);
+  ensure_interpreter();
+  std::string error;
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      auto state = std::make_unique<State>();
+      py::object fn = rule_->callable();
+      py::dict kwargs = rule_->kwargs(lr);
+      state->optimizer = fn(python_groups(groups), **kwargs);
+      if (py::hasattr(state->optimizer, "step"))
+        state->step = state->optimizer.attr("step");
+      if (!state->step || !PyCallable_Check(state->step.ptr())) {
+        error =
+            fmt::format("{}: built a {} without a step() method", rule_->name,
+                        py::str(py::type::of(state->optimizer).attr("__name__"))
+                            .cast<std::string>());
+      } else {
+        state_ = std::move(state);
+      }
+    } catch (const py::error_already_set& e) {
+      error = fmt::format("{}: rejected its arguments or parameters: {}",
+                          rule_->name, python_error(e));
+    }
+  }
+  TORCH_CHECK(error.empty(), error);
+}
+
+PythonOptimizer::~PythonOptimizer() {
+  if (!state_)
+    return;
+  if (!Py_IsInitialized()) {
+    // The interpreter is gone (process exit): its objects went with it.
+    (void)state_.release();
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  state_.reset();
+}
+
+torch::Tensor PythonOptimizer::step(LossClosure closure) {
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  ++steps_;
+  std::string error;
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      state_->step();
+    } catch (const py::error_already_set& e) {
+      error = fmt::format("{}: step() raised at step {}: {}", rule_->name,
+                          steps_, python_error(e));
+    }
+  }
+  TORCH_CHECK(error.empty(), error);
+  return loss;
+}
+
+void PythonOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  std::string bytes, error;
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object buffer = py::module_::import("io").attr("BytesIO")();
+      py::module_::import("torch").attr("save")(
+          state_->optimizer.attr("state_dict")(), buffer);
+      bytes = buffer.attr("getvalue")().cast<std::string>();
+    } catch (const py::error_already_set& e) {
+      error = fmt::format("{}: saving its state_dict() failed: {}",
+                          rule_->name, python_error(e));
+    }
+  }
+  TORCH_CHECK(error.empty(), error);
+  torch::Tensor data =
+      torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+  archive.write("rule", c10::IValue(rule_->name));
+  archive.write("steps", c10::IValue(steps_));
+  archive.write("state_dict", data, /*is_buffer=*/true);
+}
+
+void PythonOptimizer::load(torch::serialize::InputArchive& archive) {
+  c10::IValue value;
+  archive.read("rule", value);
+  TORCH_CHECK(value.isString() && value.toStringRef() == rule_->name,
+              rule_->name, ": the saved state is of another rule (",
+              value.isString() ? value.toStringRef() : std::string("?"), ")");
+  archive.read("steps", value);
+  const int64_t steps = value.toInt();
+  torch::Tensor data;
+  archive.read("state_dict", data, /*is_buffer=*/true);
+  data = data.contiguous();
+  const std::string bytes(static_cast<const char*>(data.data_ptr()),
+                          static_cast<size_t>(data.numel()));
+  std::string error;
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      py::object buffer =
+          py::module_::import("io").attr("BytesIO")(py::bytes(bytes));
+      // Our own bytes: every object the rule's state holds may come back.
+      py::object sd = py::module_::import("torch").attr("load")(
+          buffer, py::arg("weights_only") = false);
+      state_->optimizer.attr("load_state_dict")(sd);
+    } catch (const py::error_already_set& e) {
+      error = fmt::format("{}: loading its state_dict() failed: {}",
+                          rule_->name, python_error(e));
+    }
+  }
+  TORCH_CHECK(error.empty(), error);
+  steps_ = steps;
+}
+
+}  // namespace bridge

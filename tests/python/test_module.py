@@ -1,0 +1,153 @@
+"""`import twins` from Python (bridge/module.cpp): rules defined in the calling
+code (a class, a lambda factory), the records' schema, the verdict, and the
+errors as Python exceptions. Run by ctest with Debian's /usr/bin/python3 and
+PYTHONPATH=build/python; each case trains the small mod-11 model (2 blocks,
+d 16, 4 heads) for a few steps."""
+
+import json
+import math
+import os
+import tempfile
+import unittest
+
+import torch
+
+import twins
+
+TINY = dict(task="mod11", depth=2, d_model=16, heads=4, mlp=64)
+
+
+class ScalarAdam(torch.optim.Optimizer):
+    """Adam's moments per entry, one denominator shared by every parameter
+    (docs/protocol.md §5): the update commutes with a rotation of a head."""
+
+    twins_predicted = "equivariant"
+
+    def __init__(self, params, lr=3e-3, betas=(0.9, 0.999), eps=1e-8):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps))
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        b1, b2 = self.param_groups[0]["betas"]
+        total, count = 0.0, 0
+        for g in self.param_groups:
+            for p in g["params"]:
+                s = self.state[p]
+                if not s:
+                    s["m"], s["v"] = torch.zeros_like(p), torch.zeros_like(p)
+                s["m"].mul_(b1).add_(p.grad, alpha=1 - b1)
+                s["v"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                total += s["v"].sum().item()
+                count += p.numel()
+        denom = math.sqrt(total / count / (1 - b2 ** self.t)) + self.param_groups[0]["eps"]
+        for g in self.param_groups:
+            for p in g["params"]:
+                p.add_(self.state[p]["m"], alpha=-g["lr"] / (1 - b1 ** self.t) / denom)
+
+
+def numbers(record):
+    """What two rules computing the same thing share in their records."""
+    drop = {"opt", "hparams", "key", "wall_s", "threads", "group_pairs"}
+    return {k: v for k, v in record.items() if k not in drop}
+
+
+class ModuleTest(unittest.TestCase):
+    def test_verdict_of_a_class_defined_here(self):
+        v = twins.verdict(ScalarAdam, steps=20, **TINY)
+        self.assertEqual(v["verdict"], "equivariant", v["line"])
+        self.assertEqual(v["predicted"], "equivariant")
+        self.assertTrue(v["as_predicted"])
+        self.assertEqual(v["identity_max"], 0.0)
+        self.assertEqual(len(v["records"]), 4)
+        self.assertTrue(v["opt"].startswith("python:"), v["opt"])
+        self.assertIn("ScalarAdam#", v["opt"])
+
+    def test_verdict_of_torch_adam_is_basis_dependent(self):
+        v = twins.verdict("torch:Adam", steps=20, lr=1e-3, **TINY)
+        self.assertEqual(v["verdict"], "basis-dependent", v["line"])
+        self.assertGreater(v["onset_ratio"], 10)
+
+    def test_a_lambda_factory_is_the_builtin_sgd(self):
+        # torch's SGD with momentum 0.9, dampening 0 is the built-in sgd,
+        # op for op: the records are equal.
+        sgd = lambda groups, lr: torch.optim.SGD(groups, lr=lr, momentum=0.9)
+        mine = twins.run(sgd, twins=["gauge", "identity"], steps=30, lr=0.5, **TINY)
+        builtin = twins.run("sgd", twins=["gauge", "identity"], steps=30, lr=0.5, **TINY)
+        self.assertEqual(len(mine), 2)
+        for a, b in zip(mine, builtin):
+            self.assertEqual(numbers(a), numbers(b))
+        self.assertEqual(mine[1]["twin"], "identity")
+        self.assertEqual(max(c["logit_drift"] for c in mine[1]["curve"]), 0.0)
+
+    def test_records_are_the_jsonl_records(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "r.jsonl")
+            got = twins.run("torch:SGD", args={"momentum": 0.9}, steps=5, lr=0.1,
+                            out=out, **TINY)
+            with open(out) as f:
+                lines = [json.loads(line) for line in f]
+            self.assertEqual(got, lines)
+            self.assertEqual(got[0]["opt"], 'torch:SGD{"momentum":0.9}')
+            self.assertEqual(got[0]["hparams"]["momentum"], 0.9)
+            self.assertEqual(got[0]["lr"], 0.1)
+            # A rerun resumes: the same records, nothing trained again.
+            again = twins.run("torch:SGD", args={"momentum": 0.9}, steps=5, lr=0.1,
+                              out=out, **TINY)
+            self.assertEqual(again, got)
+
+    def test_the_rule_receives_named_groups(self):
+        seen = []
+
+        def factory(groups, lr):
+            seen.extend({k: v for k, v in g.items() if k != "params"} for g in groups)
+            return torch.optim.SGD(groups, lr=lr)
+
+        twins.run(factory, steps=1, lr=0.1, **TINY)
+        # built once per model: the reference and the twin
+        self.assertEqual(len(seen), 2 * 20)
+        wq = seen[0]
+        self.assertEqual((wq["name"], wq["role"], wq["layer"]), ("layers.0.wq", "wq", 0))
+        self.assertEqual(wq["head_rows"], [(0, 4), (4, 8), (8, 12), (12, 16)])
+        self.assertTrue(wq["gauge"])
+        self.assertEqual([g["role"] for g in seen[12:20]],
+                         ["embedding", "positional", "gain", "gain", "gain", "gain",
+                          "gain", "head"])
+
+    def test_the_identity_follows_the_closure(self):
+        def sgd_at(m):
+            return lambda groups, lr: torch.optim.SGD(groups, lr=lr, momentum=m)
+
+        self.assertNotEqual(twins.resolve(sgd_at(0.9)), twins.resolve(sgd_at(0.5)))
+        self.assertEqual(twins.resolve(ScalarAdam), twins.resolve(ScalarAdam))
+        self.assertNotEqual(twins.resolve(ScalarAdam, args={"eps": 1e-6}),
+                            twins.resolve(ScalarAdam))
+
+    def test_errors_are_python_exceptions(self):
+        class Raises(torch.optim.SGD):
+            def __init__(self, params, lr=0.1):
+                super().__init__(params, lr=lr)
+                self.t = 0
+
+            def step(self):
+                self.t += 1
+                if self.t == 2:
+                    raise KeyError("two")
+                return super().step()
+
+        with self.assertRaisesRegex(RuntimeError, r"step\(\) raised at step 2: KeyError"):
+            twins.run(Raises, steps=5, **TINY)
+        with self.assertRaisesRegex(RuntimeError, "Unknown torch.optim optimizer"):
+            twins.run("torch:Nope", steps=5, **TINY)
+        with self.assertRaisesRegex(RuntimeError, "rejected its arguments"):
+            twins.run("torch:SGD", args={"momentum": -1}, lr=0.1, steps=5, **TINY)
+        with self.assertRaisesRegex(RuntimeError, "rejected its arguments or parameters"):
+            twins.run(lambda groups, lr: torch.optim.SGD(groups, lr=lr, bogus=1),
+                      lr=0.1, steps=5, **TINY)
+        with self.assertRaisesRegex(RuntimeError, "not a torch.optim.Optimizer"):
+            twins.run(dict, steps=5, **TINY)
+
+
+if __name__ == "__main__":
+    unittest.main()

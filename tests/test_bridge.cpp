@@ -1,0 +1,657 @@
+// Python rules inside the protocol (bridge/): the names and their identity,
+// the parameter groups a rule receives, torch.optim's SGD and Adam against
+// the built-in rules, a scalar Adam written here in Python, the errors, and
+// the records' independence of threads. Built twice: against the bridge
+// (embedding Python) and against the stub of a build without Python
+// (TWINS_TEST_STUB), which only checks that stub's errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "bridge/bridge.h"
+#include "bridge_test_config.h"
+#include "sweep/tables.h"
+
+#ifdef TWINS_TEST_STUB
+
+TEST(BridgeWithoutPython, RuleNamesAreOneLineErrors) {
+  EXPECT_FALSE(bridge::available());
+  EXPECT_TRUE(bridge::is_python_rule("torch:Adam"));
+  EXPECT_TRUE(bridge::is_python_rule("py:rule.py:MyAdam"));
+  EXPECT_FALSE(bridge::is_python_rule("adam"));
+  for (const char* name : {"torch:Adam", "py:rule.py:MyAdam"}) {
+    try {
+      bridge::resolve_rule(name);
+      FAIL() << name << " resolved without Python support";
+    } catch (const c10::Error& e) {
+      const std::string m = e.what_without_backtrace();
+      EXPECT_NE(m.find("built without Python support"), std::string::npos) << m;
+      EXPECT_NE(m.find(name), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  }
+  // Built-in names pass through untouched.
+  EXPECT_EQ(bridge::resolve_rules({"adam", "sgd"}),
+            (std::vector<std::string>{"adam", "sgd"}));
+  EXPECT_THROW(bridge::resolve_rules({"adam", "torch:SGD"}), c10::Error);
+  // --opt-args without a Python rule is refused, not ignored.
+  EXPECT_THROW(bridge::resolve_rules({"adam"}, "{\"momentum\": 0.9}"),
+               c10::Error);
+}
+
+TEST(BridgeWithoutPython, TheTorchZooIsNotListed) {
+  const auto names = sweep::table_names();
+  EXPECT_EQ(std::find(names.begin(), names.end(), "torch-zoo"), names.end());
+  try {
+    sweep::make_table("torch-zoo");
+    FAIL() << "torch-zoo made without Python rules";
+  } catch (const c10::Error& e) {
+    const std::string m = e.what_without_backtrace();
+    EXPECT_NE(m.find("runs no Python rules"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
+#else  // the bridge itself
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "binary_helpers.h"
+#include "bridge/python_optimizer.h"
+#include "optim/registry.h"
+#include "report/verdict.h"
+#include "sweep/engine.h"
+#include "sweep/plan.h"
+#include "twins/defaults.h"
+#include "twins/pair.h"
+#include "twins/record.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A scratch directory for rule files and results, removed at exit.
+const fs::path& scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() /
+                 fmt::format("twins_test_bridge_{}", ::getpid());
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  static struct Cleanup {
+    ~Cleanup() { fs::remove_all(dir); }
+  } cleanup;
+  return dir;
+}
+
+std::string write_rule(const std::string& name, const std::string& text) {
+  const fs::path p = scratch() / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+// The test model: mod11, 2 blocks, d 16, 4 heads of 4 rows, MLP 64.
+sweep::PlanRequest tiny_request(const std::string& opt, int64_t steps,
+                                const std::string& dtype = "float32") {
+  sweep::PlanRequest r;
+  r.task = "mod11";
+  r.opts = {opt};
+  r.steps = steps;
+  r.dtype = dtype;
+  r.depth = 2;
+  r.d_model = 16;
+  r.heads = 4;
+  r.mlp = 64;
+  return r;
+}
+
+// What two rules' records must share when they compute the same thing:
+// everything but the rule's name, hyperparameters, key and timing.
+nlohmann::json numbers_of(const twins::PairResult& r) {
+  nlohmann::json j = twins::without_timing(twins::to_json(r));
+  for (const char* k : {"opt", "hparams", "key"})
+    j.erase(k);
+  return j;
+}
+
+std::vector<twins::PairResult> run(const std::vector<twins::PairSpec>& specs,
+                                   int threads = 1, int jobs = 1,
+                                   const std::string& out = "",
+                                   bool share = true) {
+  sweep::EngineOptions o;
+  static int n = 0;
+  o.results_path = out.empty()
+                       ? (scratch() / fmt::format("run{}.jsonl", n++)).string()
+                       : out;
+  o.threads = threads;
+  o.jobs = jobs;
+  o.share = share;
+  o.quiet = true;
+  std::vector<twins::PairResult> results;
+  for (const auto& r : sweep::run_sweep(specs, o).records)
+    results.push_back(r.result);
+  return results;
+}
+
+// The one-line message of what `f` throws (fails the test when nothing is).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    const std::string m = e.what_without_backtrace();
+    EXPECT_EQ(m.find('\n'), std::string::npos) << "not one line: " << m;
+    return m;
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Scalar Adam (docs/protocol.md §5): Adam's moments per entry, one
+// denominator for all parameters, sqrt of the mean of every v_hat: an
+// update that commutes with any orthogonal change of basis of a head.
+const char* kScalarAdam = R"(
+import math
+import torch
+
+class ScalarAdam(torch.optim.Optimizer):
+    twins_predicted = "equivariant"
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps))
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self):
+        self.t += 1
+        total, count = 0.0, 0
+        for g in self.param_groups:
+            b1, b2 = g["betas"]
+            for p in g["params"]:
+                s = self.state[p]
+                if not s:
+                    s["m"] = torch.zeros_like(p)
+                    s["v"] = torch.zeros_like(p)
+                s["m"].mul_(b1).add_(p.grad, alpha=1 - b1)
+                s["v"].mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                total += s["v"].sum().item()
+                count += p.numel()
+        b1, b2 = self.param_groups[0]["betas"]
+        denom = math.sqrt(total / count / (1 - b2 ** self.t)) + self.param_groups[0]["eps"]
+        for g in self.param_groups:
+            for p in g["params"]:
+                p.add_(self.state[p]["m"], alpha=-g["lr"] / (1 - b1 ** self.t) / denom)
+)";
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// The parameter groups a rule receives
+
+TEST(BridgeGroups, NamesRolesAndHeadRowsFollowTheModel) {
+  model::ModelConfig cfg;
+  cfg.vocab_in = 12;
+  cfg.vocab_out = 11;
+  cfg.n_ctx = 3;
+  cfg.depth = 2;
+  cfg.d_model = 16;
+  cfg.heads = 4;
+  cfg.mlp = 64;
+  cfg.last_only = true;
+  model::Transformer m = model::build(cfg, 42, torch::kFloat, torch::kCPU);
+  const auto groups = bridge::param_groups(twins::param_split(m));
+  ASSERT_EQ(groups.size(), 2u * 6 + 2 + 2 * 2 + 2);
+  EXPECT_EQ(groups.size(), m->parameters().size());  // each parameter once
+  auto is = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl();
+  };
+  const auto& l1 = m->blocks[1];
+  const std::vector<std::pair<std::string, torch::Tensor> > expected = {
+      {"layers.1.wq", l1->attn->wq->weight},
+      {"layers.1.wk", l1->attn->wk->weight},
+      {"layers.1.wv", l1->attn->wv->weight},
+      {"layers.1.wo", l1->attn->wo->weight},
+      {"layers.1.w1", l1->w1->weight},
+      {"layers.1.w2", l1->w2->weight}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const auto& g = groups[6 + i];
+    EXPECT_EQ(g.name, expected[i].first);
+    EXPECT_TRUE(is(g.param, expected[i].second)) << g.name;
+    EXPECT_EQ(g.layer, 1);
+    EXPECT_TRUE(g.matrix);
+    EXPECT_EQ(g.gauge, i < 2) << g.name;
+    EXPECT_EQ(g.heads, i < 4 ? 4 : 0) << g.name;
+    EXPECT_EQ(g.head_dim, i < 4 ? 4 : 0) << g.name;
+  }
+  // The rotation of a head acts on rows head_dim*h .. head_dim*(h+1) of
+  // W_Q: the model's own query block of that head.
+  EXPECT_TRUE(
+      torch::equal(groups[6].param.narrow(0, 2 * 4, 4), m->query_block(1, 2)));
+  const std::vector<std::pair<std::string, std::string> > others = {
+      {"embedding", "embedding"}, {"positional", "positional"},
+      {"layers.0.norm1", "gain"}, {"layers.0.norm2", "gain"},
+      {"layers.1.norm1", "gain"}, {"layers.1.norm2", "gain"},
+      {"norm_f", "gain"},         {"head", "head"}};
+  for (size_t i = 0; i < others.size(); ++i) {
+    EXPECT_EQ(groups[12 + i].name, others[i].first);
+    EXPECT_EQ(groups[12 + i].role, others[i].second);
+    EXPECT_FALSE(groups[12 + i].matrix);
+  }
+  EXPECT_TRUE(is(groups[12].param, m->tok_emb));
+  EXPECT_TRUE(is(groups[19].param, m->head->weight));
+  EXPECT_TRUE(is(groups[16].param, m->blocks[1]->norm1->gain));
+  EXPECT_EQ(groups[16].layer, 1);
+  EXPECT_EQ(groups[18].layer, -1);
+}
+
+TEST(BridgeGroups, APythonRuleSeesTheDocumentedGroups) {
+  // The rule writes what it received into a file; it must be the groups of
+  // bridge::param_groups, with head_rows of every W_Q / W_K.
+  const std::string seen = (scratch() / "groups.json").string();
+  const std::string path = write_rule("groups_rule.py", fmt::format(R"(
+import json, torch
+def record(groups, lr):
+    with open(r"{}", "w") as f:
+        json.dump([{{k: v for k, v in g.items() if k != "params"}}
+                   for g in groups], f)
+    return torch.optim.SGD(groups, lr=lr)
+)",
+                                                                    seen));
+  const std::string name = bridge::resolve_rule("py:" + path + ":record");
+  auto req = tiny_request(name, 1);
+  req.lr = 0.1;  // factories have no default rate
+  run(sweep::expand(req));
+  std::ifstream in(seen);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  ASSERT_EQ(g.size(), 20u);
+  EXPECT_EQ(g[0]["name"], "layers.0.wq");
+  EXPECT_EQ(g[0]["role"], "wq");
+  EXPECT_EQ(g[0]["layer"], 0);
+  EXPECT_EQ(g[0]["gauge"], true);
+  EXPECT_EQ(g[0]["heads"], 4);
+  EXPECT_EQ(g[0]["head_rows"],
+            nlohmann::json::parse("[[0,4],[4,8],[8,12],[12,16]]"));
+  EXPECT_EQ(g[2]["gauge"], false);  // W_V: heads, but no gauge
+  EXPECT_FALSE(g[4].contains("heads"));
+  EXPECT_EQ(g[12]["name"], "embedding");
+  EXPECT_TRUE(g[12]["layer"].is_null());
+  EXPECT_EQ(g[19]["role"], "head");
+}
+
+// ---------------------------------------------------------------------------
+// Names and identity
+
+TEST(BridgeNames, TorchNamesAreCanonicalAndTakeTheirDefaults) {
+  const std::string a =
+      bridge::resolve_rule("torch:SGD{\"nesterov\": false, \"momentum\": 0.9}");
+  EXPECT_EQ(a, "torch:SGD{\"momentum\":0.9,\"nesterov\":false}");
+  // --opt-args-style arguments merge under the name's own.
+  EXPECT_EQ(bridge::resolve_rule("torch:SGD{\"momentum\": 0.9}",
+                                 "{\"nesterov\": false, \"momentum\": 0.5}"),
+            a);
+  const optim::OptimizerInfo& sgd = optim::find_optimizer(a);
+  EXPECT_EQ(sgd.predicted, optim::Equivariance::kEquivariant);
+  EXPECT_EQ(sgd.lr, 0);  // torch.optim.SGD has no default rate
+  // The record's hyperparameters: torch's resolved defaults, lr excluded.
+  EXPECT_EQ(twins::hparams_text(sgd.hparams),
+            "dampening=0,differentiable=0,maximize=0,momentum=0.9,"
+            "nesterov=0,weight_decay=0");
+  // lr among the arguments is the default rate, part of the name (one
+  // registry entry, one default rate).
+  const std::string b = bridge::resolve_rule("torch:SGD{\"lr\": 0.5}");
+  EXPECT_EQ(b, "torch:SGD{\"lr\":0.5}");
+  EXPECT_EQ(optim::find_optimizer(b).lr, 0.5);
+  EXPECT_EQ(twins::default_lr(b, "mod47"), 0.5);
+  EXPECT_EQ(optim::find_optimizer(bridge::resolve_rule("torch:Adam")).lr,
+            1e-3);  // torch.optim.Adam's signature
+  EXPECT_EQ(optim::find_optimizer("torch:Adam").predicted,
+            optim::Equivariance::kBasisDependent);
+  EXPECT_EQ(bridge::resolve_rules({"adam", "torch:Adam"}),
+            (std::vector<std::string>{"adam", "torch:Adam"}));
+}
+
+TEST(BridgeNames, EditingAFileRuleChangesItsNameAndKey) {
+  const std::string path = write_rule("edited.py", kScalarAdam);
+  const std::string before = bridge::resolve_rule("py:" + path + ":ScalarAdam");
+  EXPECT_TRUE(contains(before, "py:" + path + "#")) << before;
+  EXPECT_TRUE(contains(before, ":ScalarAdam")) << before;
+  EXPECT_EQ(optim::find_optimizer(before).predicted,
+            optim::Equivariance::kEquivariant);     // twins_predicted
+  EXPECT_EQ(bridge::resolve_rule(before), before);  // a canonical name back
+  auto spec = sweep::expand(tiny_request(before, 3))[0];
+  std::ofstream(path, std::ios::app) << "\n# edited\n";
+  const std::string after = bridge::resolve_rule("py:" + path + ":ScalarAdam");
+  EXPECT_NE(after, before);
+  auto edited = sweep::expand(tiny_request(after, 3))[0];
+  EXPECT_NE(edited.key(), spec.key());
+  EXPECT_NE(edited.pair_id(), spec.pair_id());
+  // The old name now names a file that is not there any more.
+  EXPECT_TRUE(
+      contains(error_of([&] { bridge::resolve_rule(before); }), "has changed"));
+  // Other arguments, another rule.
+  EXPECT_NE(bridge::resolve_rule("py:" + path + ":ScalarAdam{\"eps\": 1e-6}"),
+            after);
+}
+
+// ---------------------------------------------------------------------------
+// torch.optim against the built-in rules
+
+TEST(BridgeTorch, SgdMomentumRecordsAreBitwiseTheBuiltIns) {
+  // The built-in sgd is LibTorch's SGD, momentum 0.9, dampening 0; torch's
+  // Python SGD runs the same ops in the same order (buf = g at step 1, then
+  // buf = 0.9 buf + g; p -= lr buf), so every number of every record is
+  // equal, float32, gauge and noise twins.
+  const std::string name =
+      bridge::resolve_rule("torch:SGD{\"momentum\": 0.9, \"dampening\": 0}");
+  for (const char* twin : {"gauge", "noise"}) {
+    auto py_req = tiny_request(name, 60);
+    py_req.lr = 0.5;
+    py_req.twins = {twin};
+    auto cpp_req = py_req;
+    cpp_req.opts = {"sgd"};
+    const auto py = run(sweep::expand(py_req));
+    const auto cpp = run(sweep::expand(cpp_req));
+    ASSERT_EQ(py.size(), 1u);
+    EXPECT_EQ(numbers_of(py[0]), numbers_of(cpp[0])) << twin;
+    EXPECT_GT(py[0].curve.back().logit_drift, 0) << twin;
+  }
+}
+
+TEST(BridgeTorch, AdamFloat64MatchesTheBuiltInAndIsBasisDependent) {
+  const std::string name = bridge::resolve_rule("torch:Adam");
+  auto py_req = tiny_request(name, 20, "float64");
+  auto cpp_req = py_req;
+  cpp_req.opts = {"adam"};
+  py_req.lr = cpp_req.lr = 1e-3;
+  const auto py = run(sweep::verdict_specs(py_req), 2);
+  const auto cpp = run(sweep::verdict_specs(cpp_req), 2);
+  ASSERT_EQ(py.size(), 4u);
+  double largest = 0;
+  for (size_t i = 0; i < py.size(); ++i) {
+    const double a = twins::drift_at(py[i], 1), b = twins::drift_at(cpp[i], 1);
+    if (b == 0) {
+      EXPECT_EQ(a, 0) << twins::pair_label(py[i].spec);
+      continue;
+    }
+    largest = std::max(largest, std::abs(a - b) / b);
+    EXPECT_LE(std::abs(a - b), 1e-12 * b) << twins::pair_label(py[i].spec);
+  }
+  std::printf(
+      "torch:Adam vs adam, float64: largest relative step-1 drift "
+      "difference %.3g\n",
+      largest);
+  const report::Verdict v = report::judge(py);
+  EXPECT_EQ(v.verdict, report::VerdictClass::kBasisDependent)
+      << report::format_verdict_line(v);
+  EXPECT_EQ(v.identity_max, 0);
+}
+
+TEST(BridgeTorch, PythonScalarAdamIsEquivariant) {
+  const std::string path = write_rule("scalar_adam.py", kScalarAdam);
+  const std::string name = bridge::resolve_rule("py:" + path + ":ScalarAdam");
+  auto req = tiny_request(name, 20);
+  req.lr = 3e-3;
+  const auto results = run(sweep::verdict_specs(req), 2);
+  const report::Verdict v = report::judge(results);
+  EXPECT_EQ(v.verdict, report::VerdictClass::kEquivariant)
+      << report::format_verdict_line(v);
+  EXPECT_TRUE(report::as_predicted(v, optim::find_optimizer(name).predicted));
+  EXPECT_EQ(v.identity_max, 0);  // the identity twin exactly 0
+  // It trains: the rule moved the parameters from step 1.
+  EXPECT_EQ(v.onset_step, 1);
+}
+
+// ---------------------------------------------------------------------------
+// Threads: both copies stepping in Python at once
+
+TEST(BridgeThreads, ConcurrentPythonStepsGiveTheSequentialRecords) {
+  const std::string name = bridge::resolve_rule("torch:Adam");
+  const std::string path = write_rule("scalar_adam_threads.py", kScalarAdam);
+  const std::string scalar = bridge::resolve_rule("py:" + path + ":ScalarAdam");
+  for (const std::string& opt : {name, scalar}) {
+    auto req = tiny_request(opt, 30);
+    req.lr = 1e-3;
+    const auto specs = sweep::verdict_specs(req);
+    const auto one = run(specs, 1);
+    const auto three = run(specs, 3);  // reference + 4 twins, 3 at once
+    // Every pair its own group (copy 1 trained four times), 2 groups at
+    // once, each stepping its two copies at once.
+    const auto jobs = run(specs, 2, 2, "", /*share=*/false);
+    ASSERT_EQ(one.size(), 4u);
+    for (size_t i = 0; i < one.size(); ++i) {
+      EXPECT_EQ(numbers_of(one[i]), numbers_of(three[i])) << opt << " " << i;
+      EXPECT_EQ(numbers_of(one[i]), numbers_of(jobs[i])) << opt << " " << i;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Errors: one line, naming the rule, before a results file exists
+
+TEST(BridgeErrors, BadNamesFilesAndArguments) {
+  const std::string missing = (scratch() / "nope.py").string();
+  EXPECT_TRUE(contains(
+      error_of([&] { bridge::resolve_rule("py:" + missing + ":Rule"); }),
+      "no such file '" + missing + "'"));
+  const std::string path = write_rule("defines.py", kScalarAdam);
+  const std::string m =
+      error_of([&] { bridge::resolve_rule("py:" + path + ":Nope"); });
+  EXPECT_TRUE(contains(m, "defines no 'Nope'")) << m;
+  EXPECT_TRUE(contains(m, "ScalarAdam")) << m;  // what it does define
+  const std::string bad = write_rule("bad.py", "def broken(:\n");
+  EXPECT_TRUE(
+      contains(error_of([&] { bridge::resolve_rule("py:" + bad + ":broken"); }),
+               "failed to load: SyntaxError"));
+  const std::string plain =
+      write_rule("plain.py", "class NotAnOptimizer:\n  pass\n");
+  EXPECT_TRUE(contains(error_of([&] {
+                         bridge::resolve_rule("py:" + plain +
+                                              ":NotAnOptimizer");
+                       }),
+                       "not a torch.optim.Optimizer"));
+  EXPECT_TRUE(contains(error_of([] { bridge::resolve_rule("torch:Adamm"); }),
+                       "Unknown torch.optim optimizer: 'Adamm'"));
+  EXPECT_TRUE(contains(
+      error_of([] { bridge::resolve_rule("torch:SGD{\"momentum\": -1}"); }),
+      "rejected its arguments: ValueError: Invalid momentum value: -1"));
+  EXPECT_TRUE(contains(
+      error_of([] { bridge::resolve_rule("torch:Adam{\"momentum\": 0.9}"); }),
+      "TypeError"));
+  EXPECT_TRUE(contains(
+      error_of([] { bridge::resolve_rule("torch:Adam{\"betas\": [0.9,}"); }),
+      "is not JSON"));
+  EXPECT_TRUE(
+      contains(error_of([] { bridge::resolve_rule("torch:Adam", "[1]"); }),
+               "not a JSON object"));
+  EXPECT_TRUE(contains(error_of([] { bridge::resolve_rule("py:rule.py"); }),
+                       "Malformed Python rule name"));
+  EXPECT_TRUE(contains(error_of([] {
+                         bridge::resolve_rule(
+                             "python:__main__.Mine#0123456789abcdef");
+                       }),
+                       "exists only there"));
+}
+
+TEST(BridgeErrors, ARuleRejectingItsGroupsLeavesNoFile) {
+  // Accepted by name, refused when built on the model's groups.
+  const std::string path = write_rule("picky.py", R"(
+import torch
+def picky(groups, lr, beta=0.5):
+    if any(g["role"] == "head" for g in groups):
+        raise ValueError("no head, please")
+    return torch.optim.SGD(groups, lr=lr)
+)");
+  const std::string name = bridge::resolve_rule("py:" + path + ":picky");
+  auto req = tiny_request(name, 5);
+  req.lr = 0.1;  // factories have no default rate
+  const std::string out = (scratch() / "picky.jsonl").string();
+  const std::string m = error_of([&] { run(sweep::expand(req), 1, 1, out); });
+  EXPECT_TRUE(contains(m, name + ": rejected its arguments or parameters: "
+                                 "ValueError: no head, please"))
+      << m;
+  EXPECT_FALSE(fs::exists(out));
+  req.opts = {bridge::resolve_rule("py:" + path + ":picky{\"gamma\": 1}")};
+  EXPECT_TRUE(contains(error_of([&] { run(sweep::expand(req), 1, 1, out); }),
+                       "TypeError"));
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(BridgeErrors, AnExceptionInStepNamesTheStepAndLeavesNoFile) {
+  const std::string path = write_rule("raises.py", R"(
+import torch
+class Raises(torch.optim.SGD):
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, lr=lr)
+        self.t = 0
+    def step(self):
+        self.t += 1
+        if self.t == 3:
+            raise ValueError("boom at three")
+        return super().step()
+)");
+  const std::string name = bridge::resolve_rule("py:" + path + ":Raises");
+  const std::string out = (scratch() / "raises.jsonl").string();
+  const std::string m = error_of(
+      [&] { run(sweep::verdict_specs(tiny_request(name, 10)), 2, 1, out); });
+  EXPECT_TRUE(contains(m, name + ": step() raised at step 3: ValueError: "
+                                 "boom at three"))
+      << m;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(BridgeErrors, NonFiniteParametersAreTheUsualDivergence) {
+  // A step that writes NaN: the next loss is not finite, so the pair ends
+  // there as any diverging pair does (recorded, status diverged).
+  const std::string path = write_rule("nan.py", R"(
+import torch
+class Poison(torch.optim.Optimizer):
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, dict(lr=lr))
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            for p in g["params"]:
+                p.fill_(float("nan"))
+)");
+  const std::string name = bridge::resolve_rule("py:" + path + ":Poison");
+  const auto results = run(sweep::verdict_specs(tiny_request(name, 10)));
+  ASSERT_EQ(results.size(), 4u);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.status, twins::PairStatus::kDiverged);
+    EXPECT_EQ(r.diverged_step, 2);
+  }
+  // NaN drifts: never a verdict of equivariance or basis dependence.
+  const report::Verdict v = report::judge(results);
+  EXPECT_TRUE(v.verdict == report::VerdictClass::kUndetermined ||
+              v.verdict == report::VerdictClass::kInvalid)
+      << report::format_verdict_line(v);
+}
+
+// ---------------------------------------------------------------------------
+// torch.optim's own rules as a table
+
+TEST(BridgeTorchZoo, TheTableIsTorchOptimsRulesWithTheirPredictions) {
+  bridge::install();
+  const auto names = sweep::table_names();
+  ASSERT_NE(std::find(names.begin(), names.end(), "torch-zoo"), names.end());
+  const sweep::Table t = sweep::make_table("torch-zoo");
+  const auto opts = sweep::torch_optimizers();
+  ASSERT_EQ(opts.size(), 13u);
+  ASSERT_EQ(t.pairs.size(), 4 * opts.size());  // the verdict's four twins
+  for (const auto& opt : opts) {
+    // Each name is canonical: resolving it gives it back.
+    EXPECT_EQ(bridge::resolve_rule(opt), opt);
+    // The rate comes from the name (docs/results.md lists those tried).
+    const auto it = std::find_if(t.pairs.begin(), t.pairs.end(),
+                                 [&](const auto& p) { return p.opt == opt; });
+    ASSERT_NE(it, t.pairs.end()) << opt;
+    const double lr = nlohmann::json::parse(opt.substr(opt.find('{')))["lr"];
+    EXPECT_EQ(it->lr, lr) << opt;
+    // Scalar-coefficient updates (SGD, ASGD) are predicted equivariant,
+    // per-entry ones basis-dependent (docs/protocol.md §5).
+    const bool scalar = contains(opt, "torch:SGD") || contains(opt, "ASGD");
+    EXPECT_EQ(optim::find_optimizer(opt).predicted,
+              scalar ? optim::Equivariance::kEquivariant
+                     : optim::Equivariance::kBasisDependent)
+        << opt;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The twin-run binary
+
+TEST(BridgeCli, VerdictOfTorchRulesWithOptArgs) {
+  using namespace testing_helpers;
+  const fs::path dir = fresh_dir("bridge-cli");
+  const std::string model =
+      " --task mod11 --depth 2 --d-model 16 --heads 4 --steps 10 --lr 1e-3 ";
+  const Outcome o = twin_run(
+      "verdict --opt 'torch:Adam,torch:SGD{\"momentum\": 0.9}' --opt-args "
+      "'{\"weight_decay\": 0}'" + model + "--out v.jsonl --quiet", dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  // --opt-args merged into each rule, in the canonical names.
+  EXPECT_TRUE(contains(o.out, "torch:Adam{\"weight_decay\":0} basis-dependent"))
+      << o.out;
+  EXPECT_TRUE(contains(
+      o.out, "torch:SGD{\"momentum\":0.9,\"weight_decay\":0} equivariant"))
+      << o.out;
+  EXPECT_EQ(count_lines(slurp(dir / "v.jsonl")), 8);
+  fs::remove_all(dir);
+}
+
+TEST(BridgeCli, ErrorsAreOneLineANonZeroExitAndNoFile) {
+  using namespace testing_helpers;
+  const fs::path dir = fresh_dir("bridge-cli-errors");
+  std::ofstream(dir / "rules.py") << R"(
+import torch
+class Raises(torch.optim.SGD):
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, lr=lr)
+        self.t = 0
+    def step(self):
+        self.t += 1
+        if self.t == 2:
+            raise RuntimeError("bad step")
+        return super().step()
+)";
+  const std::string model =
+      " --task mod11 --depth 2 --d-model 16 --heads 4 --steps 5 --lr 0.1 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--opt py:missing.py:Rule", "no such file 'missing.py'"},
+      {"--opt py:rules.py:Nope", "defines no 'Nope' (it defines Raises)"},
+      {"--opt 'torch:SGD{\"momentum\": -1}'",
+       "rejected its arguments: ValueError: Invalid momentum value: -1"},
+      {"--opt torch:Adam --opt-args '{\"momentum\": 0.9}'",
+       "rejected its arguments: TypeError"},
+      {"--opt adam --opt-args '{\"momentum\": 0.9}'", "--opt names none"},
+      {"--opt py:rules.py:Raises",
+       ":Raises: step() raised at step 2: RuntimeError: bad step"}};
+  auto check = [&](const std::string& command, const std::string& message) {
+    const Outcome o =
+        twin_run(command + model + "--out r.jsonl --quiet", dir);
+    EXPECT_NE(o.code, 0) << command;
+    EXPECT_TRUE(contains(o.err, message)) << command << ": " << o.err;
+    EXPECT_EQ(count_lines(o.err), 1) << command << ": " << o.err;
+    EXPECT_FALSE(fs::exists(dir / "r.jsonl")) << command;
+  };
+  for (const auto& [flags, message] : cases)
+    check("verdict " + flags, message);
+  // The default run and merge resolve --opt the same way.
+  for (const std::string command : {"--twin gauge ", "merge --twin gauge "}) {
+    check(command + cases[1].first, cases[1].second);
+    check(command + cases.back().first, cases.back().second);
+  }
+  fs::remove_all(dir);
+}
+
+#endif
