@@ -121,6 +121,11 @@ def main():
                 extra.setdefault(label, []).append(j.get("warmup_s", 0.0))
                 results.setdefault("versions", {})[name] = j["torch_version"]
             print(f"peers.py: {row} round {r + 1}/{runs} done", file=sys.stderr)
+            if a.out:  # every round kept, should a later one not finish
+                results["rows"][row] = {"runs": r + 1, "samples": samples,
+                                        "warmup_s": extra}
+                with open(a.out, "w") as f:
+                    json.dump(results, f, indent=2)
         medians = {k: statistics.median(v) for k, v in samples.items()}
         results["rows"][row] = {"runs": runs, "samples": samples,
                                 "median_s_per_pair_step": medians,

@@ -49,7 +49,8 @@ def compare_with_cpu(records, refs, a, check):
     worst = 0.0
     finals = []
     for r in records:
-        name = f"{r.get('opt')} {r.get('twin')} seed {r.get('twin_seed')}"
+        name = (f"{r.get('opt')} {r.get('twin')} init {r.get('init_seed')}"
+                + (f" seed {r['twin_seed']}" if r.get("twin_seed") is not None else ""))
         ref = by_key.get(pair_key(r))
         if ref is None:
             check(False, f"{name}: no CPU record of this pair in {a.ref}")
@@ -74,7 +75,7 @@ def compare_with_cpu(records, refs, a, check):
                        f"(relative {a.rel:g}, floor {a.tol:g})"
                        + (": " + "; ".join(bad[:3]) if bad else ""))
         last, ref_last = r["curve"][-1], ref["curve"][-1]
-        finals.append(f"  final {name:<32} step {last['step']}: drift "
+        finals.append(f"  final {name:<34} step {last['step']}: drift "
                       f"{last['logit_drift']:.3g} (CPU {ref_last['logit_drift']:.3g}), "
                       f"val acc {r['val_acc'][0]:.4f}/{r['val_acc'][1]:.4f} "
                       f"(CPU {ref['val_acc'][0]:.4f}/{ref['val_acc'][1]:.4f})")

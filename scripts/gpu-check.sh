@@ -144,11 +144,12 @@ manifest() { sed -n "s/^$1=//p" "$pack/MANIFEST"; }
 if [[ $mode == gpu ]]; then
   device=cuda budget=${TWINS_GPU_BUDGET:-450} refs=$pack/refs/gpu
   sets=("${full_sets[@]}")
-  bench_args=()
+  bench_args=() bench_secs=150
 else
   device=cpu budget=${TWINS_GPU_BUDGET:-1500} refs=$pack/refs/rehearse
   sets=("${short_sets[@]}")
-  bench_args=(--quick --rows mod47-f32,mod47-f64)
+  # Each eager process here pays torch's import on a shared CPU.
+  bench_args=(--quick --rows mod47-f32,mod47-f64) bench_secs=400
   # The venv's python3 stands in for the GPU machine's python3.
   venv_python=$("$src/scripts/torch-venv.sh")
   export PATH=$(dirname "$venv_python"):$PATH
@@ -264,7 +265,7 @@ done
 
 # The bench rows on the device, with eager PyTorch (this python3's torch)
 # on the same device side by side.
-phase "bench rows on $device, eager PyTorch $torch_version beside them" 150 \
+phase "bench rows on $device, eager PyTorch $torch_version beside them" "$bench_secs" \
   bash -c "'$bin' bench --device '$device' ${bench_args[*]:-} --vs-pytorch \
     --python '$python' --out 'bench-$device.json' >'bench-$device.log' 2>&1"
 if [[ -f bench-$device.json ]]; then

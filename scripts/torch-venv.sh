@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Makes (once) a virtual environment with PyPI's torch wheel and prints its
-# python. The wheel is the CUDA build of LibTorch that scripts/build-cuda.sh
+# Makes (once) a virtual environment with PyPI's torch wheel (and numpy,
+# which torch imports when it is there, as on the GPU machine) and prints
+# its python. The wheel is the CUDA build of LibTorch that scripts/build-cuda.sh
 # compiles against and the GPU machine runs (torch 2.11.0: PyPI serves the
 # CUDA 13.0 build, its libraries in site-packages/nvidia/*/lib).
 #
@@ -46,26 +47,31 @@ tag=$("$base" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1
 wheels=$cache/wheels/torch-$version-$tag
 home=$cache/torch-$version-$tag
 venv=$home/venv
+packages=("torch==$version" numpy)
 
 mkdir -p "$cache"
 exec 9>"$home.lock"
 flock 9  # one maker at a time; the others wait and then reuse it
-if [[ ! -f $venv/.twins-complete ]]; then
+# The markers hold the package list: another list makes them anew.
+if [[ "$(cat "$venv/.twins-complete" 2>/dev/null)" != "${packages[*]}" ]]; then
   start=$SECONDS
-  if [[ ! -f $wheels/.twins-complete ]]; then
+  if [[ "$(cat "$wheels/.twins-complete" 2>/dev/null)" != "${packages[*]}" ]]; then
     echo "torch-venv: downloading torch==$version and its dependencies ($tag) into $wheels" >&2
-    rm -rf "$wheels" && mkdir -p "$wheels"
+    mkdir -p "$wheels"  # pip skips the files it already has
     "$base" -m pip download -q --only-binary=:all: --dest "$wheels" \
-      "torch==$version" >&2 || die "pip download torch==$version failed"
-    touch "$wheels/.twins-complete"
+      "${packages[@]}" >&2 || die "pip download ${packages[*]} failed"
+    echo "${packages[*]}" >"$wheels/.twins-complete"
     echo "torch-venv: downloaded $(du -sh "$wheels" | cut -f1) in $((SECONDS - start)) s" >&2
   fi
   t0=$SECONDS
-  rm -rf "$home" && mkdir -p "$home"
-  "$base" -m venv "$venv"
+  # A venv of an older package list keeps what it has and gains the rest.
+  if [[ ! -x $venv/bin/python ]]; then
+    rm -rf "$home" && mkdir -p "$home"
+    "$base" -m venv "$venv"
+  fi
   "$venv/bin/python" -m pip install -q --no-index --find-links "$wheels" \
-    "torch==$version" >&2 || die "installing torch==$version from $wheels failed"
-  touch "$venv/.twins-complete"
+    "${packages[@]}" >&2 || die "installing ${packages[*]} from $wheels failed"
+  echo "${packages[*]}" >"$venv/.twins-complete"
   echo "torch-venv: installed into $venv ($(du -sh "$venv" | cut -f1)) in $((SECONDS - t0)) s" >&2
 fi
 if ((pybind)) && ! "$venv/bin/python" -c 'import pybind11' 2>/dev/null; then
