@@ -4,6 +4,7 @@
 // and its first step agrees with the CPU's. Without a GPU (any build here)
 // each test skips and says why; scripts/gpu-check.sh checks the same on
 // the full sets.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/version.h>
@@ -26,11 +27,19 @@ namespace {
 using testing_helpers::fresh_dir;
 using testing_helpers::twin_run;
 
-#define SKIP_WITHOUT_GPU()                                                \
-  if (!torch::cuda::is_available())                                       \
-  GTEST_SKIP() << "needs a GPU: torch::cuda::is_available() is false "    \
-                  "(LibTorch " TORCH_VERSION                              \
-                  "; build against a CUDA wheel: scripts/build-cuda.sh)"
+// Why there is no GPU to test on, in one line: this LibTorch has no CUDA
+// (Debian's), or it has (libtorch_cuda is loaded) but sees no device.
+std::string why_no_gpu() {
+  const bool cuda_build =
+      dlopen("libtorch_cuda.so", RTLD_LAZY | RTLD_NOLOAD) != nullptr;
+  return std::string("needs a GPU: LibTorch ") + TORCH_VERSION +
+         (cuda_build ? " has CUDA but sees no device"
+                     : " has no CUDA (scripts/build-cuda.sh builds against "
+                       "a CUDA wheel)");
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << why_no_gpu()
 
 // The records of `twin-run --task mod47` (the seven Table-3 pairs) on
 // `device`, float64, `steps` steps, keyed by optimizer and twin.
