@@ -7,8 +7,9 @@
 #                                     against PyPI's torch wheel, the header
 #                                     dependencies of a rebuild, the CPU float64
 #                                     reference records, a MANIFEST (<= 64 MiB)
-#   scripts/gpu-check.sh --rehearse   here: every step of the GPU part with the
-#                                     packed binary on --device cpu, few steps,
+#   scripts/gpu-check.sh --rehearse   here (alias --dry-run): every step of
+#                                     the GPU part with the packed binary on
+#                                     --device cpu, few steps,
 #                                     the venv's python3 standing in for the GPU
 #                                     machine's; the same checks
 #   scripts/gpu-check.sh --gpu        there: the GPU part, from the pack: under
@@ -33,28 +34,39 @@ die() { echo "gpu-check: $*" >&2; exit 2; }
 mode=
 case ${1:-} in
   --pack | --rehearse | --gpu | --make-refs) mode=${1#--} ;;
-  -h | --help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  --dry-run) mode=rehearse ;;
+  -h | --help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) die "one of --pack, --rehearse, --gpu, --make-refs (got '${1:-}')" ;;
 esac
 (($# == 1)) || die "one argument, got: $*"
 
 # ---------------------------------------------------------------------------
+# The Table-3 set's checks need float64 gauge draws, exact to rounding, on
+# both devices: a twin-run with --protocol is asked for the twins protocol
+# (float64 draws; the table9-* layouts choose their own), one without draws
+# in float64 anyway. The pack records which, and the GPU part follows it.
+protocol_of() {  # BIN: the flag its Table-3 set needs, or nothing
+  if "$1" --help 2>/dev/null | grep -q -- '--protocol'; then echo "--protocol twins"; fi
+}
 # The sets, as the GPU part runs them (full) and as the rehearsal does (few
-# steps, the char-LM shrunk). Each: label, pairs, timeout in s, arguments.
-full_sets=(
-  "table3|7|100|--task mod47 --dtype float64 --steps 1500"
-  "charlm|7|90|--task charlm --dtype float64 --steps 100"
-  "table9-mod47|18|150|table table9-mod47 --jobs 2"
-)
-short_sets=(
-  "table3|7|120|--task mod47 --dtype float64 --steps 20"
-  "charlm|7|120|--task charlm --dtype float64 --steps 3 --depth 2 --d-model 64 --heads 4 --ctx 32 --batch 8"
-  "table9-mod47|18|180|table table9-mod47 --steps 5 --jobs 2"
-)
-# Where the full-length CPU references live: named by a hash of their
-# arguments, so changing a set's arguments asks for new references.
-full_refs=$cache/gpu-refs/$(printf '%s\n' "${full_sets[@]}" | cut -d'|' -f1,4 |
-  sha256sum | cut -c1-12)
+# steps, the char-LM shrunk), for the protocol flag $1. Each: label, pairs,
+# timeout in s, arguments. The full-length CPU references are named by a
+# hash of their arguments, so changing a set asks for new references.
+define_sets() {
+  local p=${1:+ $1}
+  full_sets=(
+    "table3|7|100|--task mod47 --dtype float64 --steps 1500$p"
+    "charlm|7|90|--task charlm --dtype float64 --steps 100"
+    "table9-mod47|18|150|table table9-mod47 --jobs 2"
+  )
+  short_sets=(
+    "table3|7|120|--task mod47 --dtype float64 --steps 20$p"
+    "charlm|7|120|--task charlm --dtype float64 --steps 3 --depth 2 --d-model 64 --heads 4 --ctx 32 --batch 8"
+    "table9-mod47|18|180|table table9-mod47 --steps 5 --jobs 2"
+  )
+  full_refs=$cache/gpu-refs/$(printf '%s\n' "${full_sets[@]}" | cut -d'|' -f1,4 |
+    sha256sum | cut -c1-12)
+}
 
 # Runs each set of the list named $1 on --device cpu with $2 into folder $3.
 make_refs() {
@@ -73,6 +85,7 @@ make_refs() {
 if [[ $mode == make-refs ]]; then
   bin=$(realpath "${TWIN_RUN:-build/twin-run}")
   [[ -x $bin ]] || die "no $bin (./setup.sh builds it, or set TWIN_RUN)"
+  define_sets "$(protocol_of "$bin")"
   echo "gpu-check: full-length CPU float64 references with $bin into $full_refs"
   start=$SECONDS
   rm -rf "$full_refs.partial"
@@ -94,6 +107,10 @@ if [[ $mode == pack ]]; then
   deps=${TWINS_DEPS:-deps}
   [[ -d $deps/usr/include/CLI ]] || die "no dependency folder $deps (scripts/make-deps.sh)"
   python=$(sed -n 's/^Python_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt")
+  protocol=$(protocol_of "$native")
+  [[ $protocol == "$(LD_LIBRARY_PATH=$("$src/scripts/torch-libpath.sh" "$python") protocol_of "$build/twin-run")" ]] ||
+    die "$native and $build/twin-run differ in --protocol: build both from one checkout"
+  define_sets "$protocol"
   rm -rf "$pack" && mkdir -p "$pack/lib" "$pack/refs"
   # Next to the checkout's bench/ and data/: twin-run finds the eager
   # script and the corpus from its own path.
@@ -129,6 +146,7 @@ if [[ $mode == pack ]]; then
     echo "needs=$glibc $glibcxx"
     echo "made=$(date -Is) on $(hostname)"
     echo "refs=$refs_note"
+    echo "protocol=$protocol"
   } >"$pack/MANIFEST"
   size=$(du -sb "$pack" | cut -f1)
   ((size <= 64 * 1024 * 1024)) || die "the pack is $((size >> 20)) MiB, over the 64 MiB that can be carried"
@@ -141,6 +159,7 @@ fi
 # The GPU part (--gpu) and its rehearsal (--rehearse): the same steps.
 [[ -f $pack/MANIFEST ]] || die "no pack at $pack (scripts/gpu-check.sh --pack, then carry gpu-pack/)"
 manifest() { sed -n "s/^$1=//p" "$pack/MANIFEST"; }
+define_sets "$(manifest protocol)"
 if [[ $mode == gpu ]]; then
   device=cuda budget=${TWINS_GPU_BUDGET:-450} refs=$pack/refs/gpu
   sets=("${full_sets[@]}")

@@ -41,6 +41,15 @@ std::string why_no_gpu() {
 #define SKIP_WITHOUT_GPU() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << why_no_gpu()
 
+// The checks need float64 gauge draws, exact to rounding, on both devices.
+// A twin-run with --protocol is asked for the twins protocol (its float64
+// draws), as scripts/gpu-check.sh does; one without draws in float64 anyway.
+std::string table3_protocol() {
+  const auto o = twin_run("--help", fresh_dir("cuda-help"));
+  return o.out.find("--protocol") != std::string::npos ? " --protocol twins"
+                                                       : "";
+}
+
 // The records of `twin-run --task mod47` (the seven Table-3 pairs) on
 // `device`, float64, `steps` steps, keyed by optimizer and twin.
 std::map<std::string, nlohmann::json> table3(const std::string& device,
@@ -48,7 +57,7 @@ std::map<std::string, nlohmann::json> table3(const std::string& device,
   const fs::path dir = fresh_dir("cuda-" + device);
   const auto o = twin_run("--task mod47 --dtype float64 --quiet --device " +
                               device + " --steps " + std::to_string(steps) +
-                              " --out r.jsonl",
+                              " --out r.jsonl" + table3_protocol(),
                           dir);
   EXPECT_EQ(o.code, 0) << o.err;
   std::map<std::string, nlohmann::json> out;
