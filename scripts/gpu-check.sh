@@ -46,7 +46,8 @@ esac
 # (float64 draws; the table9-* layouts choose their own), one without draws
 # in float64 anyway. The pack records which, and the GPU part follows it.
 protocol_of() {  # BIN: the flag its Table-3 set needs, or nothing
-  if "$1" --help 2>/dev/null | grep -q -- '--protocol'; then echo "--protocol twins"; fi
+  local help; help=$("$1" --help 2>/dev/null) || true
+  if [[ $help == *--protocol* ]]; then echo "--protocol twins"; fi
 }
 # The sets, as the GPU part runs them (full) and as the rehearsal does (few
 # steps, the char-LM shrunk), for the protocol flag $1. Each: label, pairs,
