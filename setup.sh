@@ -5,12 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# The last four serve the test suite only: a one-node SLURM cluster and GNU
-# parallel for the sharding tests, debootstrap for the LibTorch 2.6 check
-# (scripts/check-torch2.sh). Their services are not started here.
+# python3-dev and pybind11-dev build the Python bridge (bridge/). The last
+# five serve the tests only: a one-node SLURM cluster and GNU
+# parallel for the sharding tests (their services are not started here);
+# ninja-build and python3-venv for the CUDA leg (scripts/ci-cuda.sh, which
+# also needs the CUDA toolkit's nvcc, not a Debian package here).
 packages=(build-essential cmake libtorch-dev libfmt-dev libcli11-dev
           libgtest-dev nlohmann-json3-dev libopenblas0-pthread gnuplot-nox
-          python3-torch python3-dev pybind11-dev slurm-wlm munge parallel debootstrap)
+          python3-torch python3-dev pybind11-dev slurm-wlm munge parallel
+          ninja-build python3-venv)
 start=$SECONDS
 missing=()
 for p in "${packages[@]}"; do

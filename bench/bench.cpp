@@ -1,6 +1,7 @@
 #include "bench/bench.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> only before fmt 11)
 #include <sys/resource.h>
 #include <sys/wait.h>
 
@@ -114,6 +115,24 @@ StepShape step_shape(const PairSpec& spec) {
   return s;
 }
 
+bool on_cuda(const PairSpec& spec) { return spec.device != "cpu"; }
+
+// The products of one model step as the row's device runs it: on CUDA the
+// first block has no token table (model::uses_token_table), so it does
+// about a fifth more work than on CPU.
+std::vector<model::MatmulShape> step_matmuls(const PairSpec& spec) {
+  const StepShape s = step_shape(spec);
+  return model::training_step_matmuls(s.cfg, s.sequences, s.len,
+                                      on_cuda(spec));
+}
+
+// Waits for the row's device (not the current one) to finish its queued
+// work; nothing to wait for on CPU.
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda())
+    torch::cuda::synchronize(device.has_index() ? device.index() : -1);
+}
+
 }  // namespace
 
 std::string ThreadConfig::name() const {
@@ -132,12 +151,9 @@ std::vector<std::string> bench_row_names() {
 
 double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
                           int repeats) {
-  const StepShape s = step_shape(spec);
-  const auto shapes = model::training_step_matmuls(s.cfg, s.sequences, s.len);
-  const auto opts = torch::TensorOptions()
-                        .dtype(spec.dtype)
-                        .device(twins::resolve_device(spec.device));
-  const bool cuda = spec.device != "cpu";
+  const auto shapes = step_matmuls(spec);
+  const torch::Device device = twins::resolve_device(spec.device);
+  const auto opts = torch::TensorOptions().dtype(spec.dtype).device(device);
   struct Operands {
     std::vector<torch::Tensor> a, b, c;
   };
@@ -162,6 +178,7 @@ double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
   };
   set_threads(threads.threads);
   std::vector<double> times;
+  synchronize(device);  // the operands are made
   for (int r = 0; r <= repeats; ++r) {  // pass 0 warms up
     const auto t0 = Clock::now();
     if (workers == 1) {
@@ -171,8 +188,7 @@ double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
       pass(ops[0]);
       other.join();
     }
-    if (cuda)
-      torch::cuda::synchronize();
+    synchronize(device);
     if (r > 0)
       times.push_back(seconds_since(t0));
   }
@@ -206,6 +222,13 @@ std::vector<EagerSetting> eager_settings() {
   return {{1, 1}, {1, cores}, {cores, cores}};
 }
 
+std::vector<EagerSetting> eager_settings(const std::string& device) {
+  // On a GPU the CPU threads only launch kernels: one setting.
+  if (device != "cpu")
+    return {{1, 1}};
+  return eager_settings();
+}
+
 double BenchRow::speedup_vs_best_eager() const {
   if (eager_s.empty())
     return 0;
@@ -234,6 +257,8 @@ double eager_seconds_per_pair_step(const BenchOptions& options,
       twins::shell_quoted(script), twins::shell_quoted(spec.task),
       twins::shell_quoted(spec.opt), to_string(spec.twin), warmup + timed,
       warmup, dtype_name(spec.dtype), setting.torch_threads);
+  if (spec.device != "cpu")  // the script's default is cpu (and torch 1.13
+    cmd += " --device " + twins::shell_quoted(spec.device);  // has no cuda)
   if (lm) {
     cmd += fmt::format(
         " --data {} --ctx {} --batch {}",
@@ -304,34 +329,40 @@ std::vector<BenchRow> run_bench(const BenchOptions& options,
     twins::Lockstep pair({row.spec}, def.threads.concurrent ? 2 : 1);
     pair.train_to(sch.warmup);
     pair.check_losses();
+    const torch::Device device = twins::resolve_device(row.spec.device);
+    synchronize(device);  // the warm-up's kernels are outside the timing
     std::vector<double> per_step;
     const long faults_before = minor_faults();
     for (int r = 0; r < options.repeats; ++r) {
       const auto t0 = Clock::now();
       pair.train_to(pair.done() + sch.segment);
-      pair.check_losses();  // includes the host synchronisation
+      pair.check_losses();
+      // Reading the losses waits for the stream of their copy only; the
+      // segment ends when the row's whole device is idle.
+      synchronize(device);
       per_step.push_back(seconds_since(t0) / double(sch.segment));
     }
     row.s_per_pair_step = median(per_step);
     row.faults_per_pair_step = double(minor_faults() - faults_before) /
                                double(sch.segment * options.repeats);
-    const StepShape s = step_shape(row.spec);
-    row.flops_per_pair_step =
-        2 * model::total_flops(
-                model::training_step_matmuls(s.cfg, s.sequences, s.len));
+    row.flops_per_pair_step = 2 * model::total_flops(step_matmuls(row.spec));
     row.model_gflops = row.flops_per_pair_step / row.s_per_pair_step / 1e9;
     row.roof_gflops =
         matmul_roof_gflops(row.spec, def.threads, options.quick ? 2 : 9);
-    if (options.vs_pytorch && options.device == "cpu") {
+    if (options.vs_pytorch) {
       // Measured once per (task, dtype) and shared by its rows.
       const std::string key = row.spec.task + dtype_name(row.spec.dtype);
       if (!eager.count(key)) {
         // The median of several process runs per setting: one run of the
         // same script can land ~40% faster or slower than the next (seen
         // with OpenBLAS at 2 threads), so a single run is no bar.
-        const int runs = options.quick || row.spec.task == "charlm" ? 1 : 5;
+        // On a GPU, which nobody shares, three runs (the GPU check's time
+        // is short).
+        const int runs = options.quick || row.spec.task == "charlm" ? 1
+                         : on_cuda(row.spec)                        ? 3
+                                                                    : 5;
         std::string why;
-        for (const auto& setting : eager_settings()) {
+        for (const auto& setting : eager_settings(row.spec.device)) {
           std::vector<double> times;
           for (int i = 0; i < runs; ++i) {
             const double e =
@@ -416,7 +447,7 @@ nlohmann::json bench_to_json(const std::vector<BenchRow>& rows) {
     if (!r.eager_s.empty()) {
       // "torch1_openblas2": seconds per pair-step at that setting.
       nlohmann::json e;
-      const auto settings = eager_settings();
+      const auto settings = eager_settings(r.spec.device);
       for (size_t i = 0; i < r.eager_s.size() && i < settings.size(); ++i) {
         e[fmt::format("torch{}_openblas{}", settings[i].torch_threads,
                       settings[i].openblas_threads)] = r.eager_s[i];

@@ -31,8 +31,8 @@ struct BenchRow {
   // Minor page faults per pair-step over the timed segments: what the
   // allocator settings (twins::keep_freed_memory) keep near zero on CPU.
   double faults_per_pair_step = 0;
-  // Eager PyTorch at each thread setting of eager_settings(); empty when
-  // not measured.
+  // Eager PyTorch at each thread setting of eager_settings(spec.device)
+  // (bench/eager_pytorch.py on the row's device); empty when not measured.
   std::vector<double> eager_s;
   // Best eager / ours; 0 when not measured.
   double speedup_vs_best_eager() const;
@@ -49,6 +49,9 @@ struct EagerSetting {
 };
 // {1, 1}, {1, cores}, {cores, cores} (cores = 2 on this machine).
 std::vector<EagerSetting> eager_settings();
+// The settings timed for rows on `device`: eager_settings() on "cpu", only
+// {1, 1} on a GPU (where the CPU threads only launch kernels).
+std::vector<EagerSetting> eager_settings(const std::string& device);
 
 struct BenchOptions {
   std::vector<std::string> rows;  // names from bench_row_names(); empty: all

@@ -10,11 +10,15 @@ speed bar, and the tests as a numeric cross-check of the first steps.
 
 Prints one JSON object: the configuration, drift at each checkpoint, the
 seconds per pair-step (median over timed steps after warm-up) and a checksum
-of the initial weights. Needs Debian's python3-torch: /usr/bin/python3.
+of the initial weights. Runs under Debian's python3-torch (1.13,
+/usr/bin/python3) and under torch 2.x; `--device cuda` (2.x with CUDA) runs
+the pair on the GPU, `--compile` (2.x) trains it through torch.compile
+(inductor) instead of eagerly: the peers of `bench/peers.py`.
 """
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -51,7 +55,8 @@ class Attention(nn.Module):
                    for w in (self.wq, self.wk, self.wv))  # (B, nh, T, hd)
         att = q @ k.transpose(-2, -1) * hd ** -0.5
         if self.causal:
-            mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+            mask = torch.ones(T, T, dtype=torch.bool,
+                              device=x.device).triu(1)
             att = att.masked_fill(mask, float("-inf"))
         y = att.softmax(-1) @ v
         return self.wo(y.transpose(1, 2).reshape(B, T, d))
@@ -227,10 +232,28 @@ def main():
     ap.add_argument("--data-seed", type=int, default=42)
     ap.add_argument("--warmup", type=int, default=3,
                     help="steps excluded from the per-step timing")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile (inductor) the models' forward and "
+                         "backward and the optimizers' steps")
     a = ap.parse_args()
 
+    cuda = a.device != "cpu"
+    if cuda:
+        # Read when cuBLAS makes its handle: deterministic reductions, as
+        # twin-run sets it (twins/device.cpp).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        if not torch.cuda.is_available():
+            sys.exit(f"eager_pytorch.py: --device {a.device}: torch "
+                     f"{torch.__version__} sees no CUDA device")
+    if a.compile and not hasattr(torch, "compile"):
+        sys.exit(f"eager_pytorch.py: --compile needs torch 2.x, this is "
+                 f"{torch.__version__}")
+    device = torch.device(a.device)
     torch.set_num_threads(a.threads)
-    torch.use_deterministic_algorithms(True)
+    # On CUDA only a warning where an op has no deterministic kernel: the
+    # GPU rows are timed, not compared bit for bit.
+    torch.use_deterministic_algorithms(True, **({"warn_only": True} if cuda else {}))
     lm = a.task == "charlm"
     dtype = torch.float32 if a.dtype == "float32" else torch.float64
     depth = a.depth or (6 if lm else 2)
@@ -278,7 +301,21 @@ def main():
                 A = A.to(dtype)
                 for w in (b.attn.wq.weight, b.attn.wk.weight):
                     w[h * hd:(h + 1) * hd] = A @ w[h * hd:(h + 1) * hd]
+    m1, m2 = m1.to(device), m2.to(device)
     opts = [make_optimizers(a.opt, m, lr) for m in (m1, m2)]
+    if cuda:
+        val = tuple(t.to(device) for t in val)
+        if lm:  # a new window each step, drawn on the host
+            host_batches = batches
+            batches = lambda t: tuple(u.to(device) for u in host_batches(t))
+        else:  # the whole training set, every step
+            train = tuple(u.to(device) for u in train)
+            batches = lambda t: train
+    forwards = [m1, m2]
+    steps = [[o.step for o in os_] for os_ in opts]
+    if a.compile:
+        forwards = [torch.compile(m) for m in forwards]
+        steps = [[torch.compile(s) for s in ss] for ss in steps]
 
     checkpoints = sorted({s for s in (0, 1, 10, 50, 100, 300, 600, 1000,
                                       1500, 2000, 3000) if s <= a.steps}
@@ -287,31 +324,34 @@ def main():
 
     def measure(step):
         with torch.no_grad():
-            z1, z2 = m1(val[0]), m2(val[0])
+            z1, z2 = m1(val[0]), m2(val[0])  # eagerly: no recompilation
         curve.append(dict(step=step, logit_drift=rel(z1, z2)))
 
     measure(0)
     for t in range(1, a.steps + 1):
         t0 = time.perf_counter()
         x, y = batches(t)
-        for m, os_ in zip((m1, m2), opts):
+        for forward, os_, ss in zip(forwards, opts, steps):
             for o in os_:
                 o.zero_grad(set_to_none=True)
-            z = m(x)
+            z = forward(x)
             loss = F.cross_entropy(z.reshape(-1, z.shape[-1]), y.reshape(-1))
             loss.backward()
-            for o in os_:
-                o.step()
+            for s in ss:
+                s()
+        if cuda:
+            torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
         if t in checkpoints:
             measure(t)
     timed = times[a.warmup:] or times
     print(json.dumps(dict(
         task=a.task, opt=a.opt, twin=a.twin, steps=a.steps, dtype=a.dtype,
-        threads=a.threads, init_seed=a.init_seed, twin_seed=seed,
+        threads=a.threads, device=a.device, compile=a.compile,
+        init_seed=a.init_seed, twin_seed=seed,
         torch_version=torch.__version__, init_checksum=checksum,
         curve=curve, s_per_pair_step=statistics.median(timed),
-        wall_s=sum(times))))
+        warmup_s=sum(times[:a.warmup]), wall_s=sum(times))))
 
 
 if __name__ == "__main__":

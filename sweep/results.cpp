@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> only before fmt 11)
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -6,7 +6,10 @@
 #     app/ and may include sweep/ and report/ too);
 #  2. no source cites a document outside the repository ("PROTOCOL §n",
 #     "PROTOCOL.md") or an issue number ("issue 6"): comments cite
-#     docs/protocol.md and say the reason.
+#     docs/protocol.md and say the reason;
+#  3. a source that calls fmt::join includes <fmt/ranges.h>, where fmt 11
+#     and later (the fmt a torch wheel bundles) declare it: Debian's fmt 9
+#     has it in <fmt/format.h>, so only the CUDA build would see it missing.
 # Usage: cmake -DSOURCE_DIR=<repo> -P check_sources.cmake
 cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...)
 set(allowed_model model)
@@ -33,6 +36,10 @@ foreach(folder ${folders})
   foreach(file ${files})
     file(STRINGS ${file} lines)
     file(RELATIVE_PATH rel ${SOURCE_DIR} ${file})
+    file(READ ${file} text)
+    if(text MATCHES "fmt::join" AND NOT text MATCHES "#include <fmt/ranges.h>")
+      list(APPEND problems "${rel}: calls fmt::join without #include <fmt/ranges.h>")
+    endif()
     foreach(line IN LISTS lines)
       if(line MATCHES "^#include \"([a-z]+)/")
         set(target ${CMAKE_MATCH_1})
@@ -55,4 +62,4 @@ if(problems)
   list(JOIN problems "\n  " text)
   message(FATAL_ERROR "source tree check failed:\n  ${text}")
 endif()
-message(STATUS "source tree: ${checked} files; every include follows the direction; no outside citations")
+message(STATUS "source tree: ${checked} files; every include follows the direction; no outside citations; fmt::join with <fmt/ranges.h>")
