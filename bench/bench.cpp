@@ -63,6 +63,7 @@ Schedule schedule_for(const PairSpec& spec, bool quick) {
 PairSpec bench_spec(const std::string& task, torch::Dtype dtype) {
   PairSpec s = twins::default_spec(task, "adam");
   s.dtype = dtype;
+  s.protocol = twins::default_protocol(s.protocol, dtype);
   return s;
 }
 
