@@ -56,6 +56,31 @@ CLI::Validator seed_number() {
       "");  // the help's UINT says it
 }
 
+CLI::Option* add_protocol_flag(CLI::App& app, std::string& out,
+                               const std::string& default_text) {
+  return app
+      .add_option("--protocol", out,
+                  "The recipe of every pair (docs/protocol.md §2a): "
+                  "paper-cpu = the paper's CPU scripts (Table 3, D.5: "
+                  "PyTorch's module init, float32 gauge and noise draws); "
+                  "paper-gpu = its GPU suite (Table 9: one generator draws "
+                  "the weights parameter by parameter, float64 draws); twins "
+                  "= PyTorch's module init with float64 draws (a gauge exact "
+                  "to float64 rounding) [default: " +
+                      default_text + "]")
+      ->check(CLI::IsMember({"paper-cpu", "paper-gpu", "twins"}));
+}
+
+CLI::Option* add_stop_after_flag(CLI::App& app, int64_t& out) {
+  return app
+      .add_option("--stop-after", out,
+                  "Train only through this step, with the data stream, the "
+                  "draws and the checkpoints of the full --steps run (e.g. "
+                  "the step-1 columns of a 3000-step table) [default: the "
+                  "last step]")
+      ->check(whole_number(1, kMaxSteps));
+}
+
 void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
   const data::TaskDefaults mod = data::task_defaults("mod47");
   const data::TaskDefaults lm = data::task_defaults("charlm");
@@ -67,9 +92,12 @@ void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
                  "full batch; charlm = character LM on tiny-Shakespeare "
                  "(or --data), minibatches (docs/protocol.md §4)")
       ->capture_default_str();
+  add_protocol_flag(app, p.protocol,
+                    "paper-cpu in float32, twins in float64");
   app.add_option("--steps", p.steps,
                  "Training steps " + both(mod.steps, lm.steps))
       ->check(whole_number(1, kMaxSteps));
+  add_stop_after_flag(app, p.stop_after);
   app.add_option("--lr", p.lr,
                  "Learning rate for every optimizer of the run [default: "
                  "each optimizer's for the task, see --list-optimizers]")

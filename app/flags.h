@@ -48,7 +48,14 @@ CLI::Option* add_steps(CLI::App& app, const std::string& flag,
 // as a list's empty value is ("--aggregate: empty value").
 CLI::Validator non_empty();
 
-// The flags that shape every pair (--task, --steps, --lr, --dtype,
+// --protocol (docs/protocol.md §2a), its default shown as `default_text`,
+// and --stop-after: also the table command's overrides.
+CLI::Option* add_protocol_flag(CLI::App& app, std::string& out,
+                               const std::string& default_text);
+CLI::Option* add_stop_after_flag(CLI::App& app, int64_t& out);
+
+// The flags that shape every pair (--task, --protocol, --steps,
+// --stop-after, --lr, --dtype,
 // --device, --depth, --d-model, --heads, --mlp, --data-seed, --ctx,
 // --batch, --data), bound to `plan`. The defaults shown in --help are the
 // tasks' own (data::task_defaults).

@@ -40,6 +40,11 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& f) {
                   "Override the training steps (a quick look; the output "
                   "then says it is not the paper's configuration)")
       ->check(whole_number(1, kMaxSteps));
+  add_stop_after_flag(*cmd, r.overrides.stop_after);
+  add_protocol_flag(*cmd, r.overrides.protocol,
+                    "the table's, paper-cpu for table3/multiseed/zoo/"
+                    "zoo-modern/dial/merge (twins with --dtype float64), "
+                    "paper-gpu for table9-*");
   cmd->add_option("--device", r.overrides.device,
                   "cpu, cuda or cuda:N [default: cpu]");
   cmd->add_option("--dtype", r.overrides.dtype,

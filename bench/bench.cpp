@@ -67,6 +67,7 @@ PairSpec bench_spec(const std::string& task, torch::Dtype dtype,
                     const std::string& opt) {
   PairSpec s = twins::default_spec(task, opt);
   s.dtype = dtype;
+  s.protocol = twins::default_protocol(s.protocol, dtype);
   return s;
 }
 

@@ -218,6 +218,12 @@ def main():
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--dtype", default="float32",
                     choices=["float32", "float64"])
+    ap.add_argument("--protocol", default=None,
+                    choices=["paper-cpu", "twins"],
+                    help="docs/protocol.md §2a: the dtype of the gauge and "
+                    "noise draws, float32 (paper-cpu) or float64 (twins) "
+                    "[default: paper-cpu in float32, twins in float64]; the "
+                    "paper-gpu init is not reproduced here")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--init-seed", type=int, default=42)
     ap.add_argument("--twin-seed", type=int, default=None)
@@ -256,6 +262,8 @@ def main():
     torch.use_deterministic_algorithms(True, **({"warn_only": True} if cuda else {}))
     lm = a.task == "charlm"
     dtype = torch.float32 if a.dtype == "float32" else torch.float64
+    protocol = a.protocol or ("paper-cpu" if a.dtype == "float32" else "twins")
+    draw = torch.float32 if protocol == "paper-cpu" else torch.float64
     depth = a.depth or (6 if lm else 2)
     d = a.d_model or (256 if lm else 64)
     heads = a.heads or (8 if lm else 4)
@@ -291,13 +299,13 @@ def main():
         for b in m2.blocks:
             if a.twin == "noise":
                 for w in (b.attn.wq.weight, b.attn.wk.weight):
-                    n = torch.randn(w.shape, generator=g, dtype=torch.float64)
+                    n = torch.randn(w.shape, generator=g, dtype=draw)
                     w.add_((n * a.noise_scale).to(dtype))
                 continue
             for h in range(heads):
                 A = (torch.linalg.qr(torch.randn(hd, hd, generator=g,
-                                                 dtype=torch.float64))[0]
-                     if a.twin == "gauge" else torch.eye(hd, dtype=torch.float64))
+                                                 dtype=draw))[0]
+                     if a.twin == "gauge" else torch.eye(hd, dtype=draw))
                 A = A.to(dtype)
                 for w in (b.attn.wq.weight, b.attn.wk.weight):
                     w[h * hd:(h + 1) * hd] = A @ w[h * hd:(h + 1) * hd]

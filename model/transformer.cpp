@@ -5,6 +5,8 @@
 #include <mutex>
 #include <string>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "model/fused.h"
 #include "model/small_attention.h"
 
@@ -249,14 +251,48 @@ std::vector<torch::Tensor> TransformerImpl::other_parameters() const {
   return out;
 }
 
+namespace {
+
+// Init::kByParameter: every weight redrawn in place, parameter kind by
+// parameter kind across the layers, from one generator.
+void init_by_parameter(TransformerImpl& m, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  const ModelConfig& cfg = m.config();
+  m.tok_emb.copy_(torch::randn({cfg.vocab_in, cfg.d_model}, gen));
+  m.pos_emb.copy_(torch::randn({1, cfg.n_ctx, cfg.d_model}, gen) * 0.02);
+  auto uniform = [&](torch::Tensor& w) {  // U(-1, 1) / sqrt(fan_in)
+    const double bound = 1.0 / std::sqrt(double(w.size(1)));
+    w.copy_((torch::rand(w.sizes(), gen) * 2 - 1) * bound);
+  };
+  using Weight = torch::Tensor& (*)(BlockImpl&);
+  const Weight kinds[] = {
+      [](BlockImpl& b) -> torch::Tensor& { return b.attn->wq->weight; },
+      [](BlockImpl& b) -> torch::Tensor& { return b.attn->wk->weight; },
+      [](BlockImpl& b) -> torch::Tensor& { return b.attn->wv->weight; },
+      [](BlockImpl& b) -> torch::Tensor& { return b.attn->wo->weight; },
+      [](BlockImpl& b) -> torch::Tensor& { return b.w1->weight; },
+      [](BlockImpl& b) -> torch::Tensor& { return b.w2->weight; },
+  };
+  for (Weight kind : kinds) {
+    for (auto& block : m.blocks)
+      uniform(kind(*block));
+  }
+  uniform(m.head->weight);
+}
+
+}  // namespace
+
 Transformer build(const ModelConfig& cfg, uint64_t init_seed,
-                  torch::Dtype dtype, const torch::Device& device) {
+                  torch::Dtype dtype, const torch::Device& device, Init init) {
   // The initialisers draw from the global generator: serialise builds so
   // that pairs run on concurrent threads still get their seed's weights.
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   torch::manual_seed(init_seed);
   Transformer m(cfg);
+  if (init == Init::kByParameter)
+    init_by_parameter(*m, init_seed);
   m->to(device, dtype);
   return m;
 }

@@ -109,10 +109,23 @@ TORCH_MODULE(Transformer);
 // gather's backward (an index_add) is not deterministic.
 bool uses_token_table(const ModelConfig& cfg, int64_t sequences, bool cuda);
 
+// How build() draws the initial weights (docs/protocol.md §3).
+enum class Init {
+  // torch::manual_seed(seed), then every module's own initialiser in build
+  // order: PyTorch's default init of the same model built in that order.
+  kModuleDefault,
+  // One CPU generator seeded with `seed` draws, in this order: embedding
+  // N(0, 1), positional N(0, 1) * 0.02, then W_Q of every layer, W_K of
+  // every layer, W_V..., W_O..., W1..., W2..., and the head, each linear
+  // weight U(-1, 1) / sqrt(fan_in); gains are ones.
+  kByParameter,
+};
+
 // Builds the model of docs/protocol.md §3: seeded on CPU in float32, then cast
 // to `dtype` and moved to `device`.
 Transformer build(const ModelConfig& cfg, uint64_t init_seed,
-                  torch::Dtype dtype, const torch::Device& device);
+                  torch::Dtype dtype, const torch::Device& device,
+                  Init init = Init::kModuleDefault);
 
 // Copies every parameter of `from` into `to` (same config) in place.
 void copy_parameters(const Transformer& from, Transformer& to);

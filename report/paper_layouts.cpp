@@ -274,7 +274,8 @@ std::optional<Section> multiseed_section(const Records& all) {
                            paper("multiseed/adam-identity")));
   s.notes.push_back(
       "Ratios use the 100x-stronger noise twin (1e-5); the chaos metric is "
-      "the mean |log10(gauge / noise)| over checkpoints after step 100 "
+      "the mean |log10((gauge + 1e-12) / (noise + 1e-12))| over checkpoints "
+      "from step 100 on "
       "(docs/protocol.md §6); below ~0.1 decades a gauge twin is just chaos.");
   return s;
 }

@@ -17,7 +17,7 @@
 //      call both equivariant;
 //   4. otherwise equivariant, qualified "(chaotic)" when the gauge twin
 //      ends above 1e-2 while tracking its 1e-7 noise twin within 0.3
-//      decades at every checkpoint past step 100 (the paper's Muon case).
+//      decades at every checkpoint from step 100 on (the paper's Muon case).
 #pragma once
 
 #include <cstdint>

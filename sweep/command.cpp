@@ -168,6 +168,8 @@ Prepared resolve_plan(const CommandRequest& r) {
 void check_overrides(const TableOverrides& o) {
   if (!o.dtype.empty())
     twins::parse_dtype(o.dtype);  // names the value
+  if (!o.protocol.empty())
+    twins::parse_protocol(o.protocol);
 }
 
 // The lines a table says before it runs: what, where, and how it differs

@@ -80,9 +80,10 @@ double estimate_seconds(const twins::PairSpec& s, int models) {
   const double eval = model::total_flops(model::training_step_matmuls(
                           sh.cfg, sh.val_sequences, sh.len)) /
                       3;
-  const double checkpoints = double(twins::checkpoint_steps(s.steps).size());
+  const double checkpoints = double(
+      twins::checkpoint_steps(s.steps, s.merge_at, s.stop_after).size());
   const double flops =
-      double(models) * (step * double(s.steps) + eval * checkpoints);
+      double(models) * (step * double(s.last_step()) + eval * checkpoints);
   const double rate =
       s.dtype == torch::kDouble ? kFlopsPerSecondF64 : kFlopsPerSecondF32;
   return kSetupSeconds + flops / rate;

@@ -50,11 +50,18 @@ PairSpec base_spec(const PlanRequest& r) {
   PairSpec s;
   s.task = r.task;
   s.steps = planned_steps(r);
+  TORCH_CHECK(r.stop_after >= 0 && r.stop_after <= s.steps,
+              "Invalid --stop-after: ", r.stop_after, " (must be within 1..",
+              s.steps, ", the last step)");
+  s.stop_after = r.stop_after == s.steps ? 0 : r.stop_after;
   s.device = r.device;
   // float64 is the CUDA default (the paper's Table 9), float32 the CPU one.
   s.dtype = !r.dtype.empty()    ? twins::parse_dtype(r.dtype)
             : r.device != "cpu" ? torch::kDouble
                                 : torch::kFloat;
+  s.protocol = r.protocol.empty() ? twins::default_protocol(
+                                        twins::Protocol::kPaperCpu, s.dtype)
+                                  : twins::parse_protocol(r.protocol);
   s.depth = r.depth != 0 ? r.depth : d.depth;
   s.d_model = r.d_model != 0 ? r.d_model : d.d_model;
   s.heads = r.heads != 0 ? r.heads : d.heads;
@@ -75,8 +82,8 @@ PairSpec base_spec(const PlanRequest& r) {
   std::sort(merge.begin(), merge.end());
   merge.erase(std::unique(merge.begin(), merge.end()), merge.end());
   for (int64_t m : merge) {
-    TORCH_CHECK(m >= 0 && m <= s.steps, "Invalid --merge-at step: ", m,
-                " (must be within 0..", s.steps, ", the last step)");
+    TORCH_CHECK(m >= 0 && m <= s.last_step(), "Invalid --merge-at step: ", m,
+                " (must be within 0..", s.last_step(), ", the last step)");
   }
   s.merge_at = merge;
   return s;

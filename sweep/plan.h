@@ -21,7 +21,9 @@ struct PlanRequest {
   std::vector<uint64_t> init_seeds{42};
   std::vector<uint64_t> twin_seeds;  // empty: 777 for gauge, 888 for noise
   std::vector<double> noise_scales{twins::kTripletNoiseScale};
-  int64_t steps = 0;  // 0: the task's
+  std::string protocol;  // empty: paper-cpu (docs/protocol.md §2a)
+  int64_t steps = 0;     // 0: the task's
+  int64_t stop_after = 0;  // train only through this step; 0: every step
   double lr = 0;      // 0: the optimizer's default for the task
   std::string dtype;  // empty: float32 on CPU, float64 on CUDA
   std::string device = "cpu";

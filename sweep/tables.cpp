@@ -139,9 +139,10 @@ struct Model {
   const char* task;
   int64_t depth, d_model, heads, steps;
   const char* dtype;
+  const char* protocol;  // docs/protocol.md §2a
 };
 
-constexpr Model kTable3Model = {"mod47", 0, 0, 0, 0, "float32"};
+constexpr Model kTable3Model = {"mod47", 0, 0, 0, 0, "float32", "paper-cpu"};
 
 // One table: everything that tells it from the others.
 struct Config {
@@ -170,26 +171,26 @@ const Config kConfigs[] = {
     {"table9-mod47",
      "table9",
      "Table 9 row: mod-47, 2L d64 4 heads, 1500 steps, float64",
-     {"mod47", 0, 0, 0, 0, "float64"},
+     {"mod47", 0, 0, 0, 0, "float64", "paper-gpu"},
      nullptr,
      table9_pairs},
     {"table9-mod97-4L",
      "table9",
      "Table 9 row: mod-97, 4L d128 8 heads, 2000 steps, float64",
-     {"mod97", 4, 128, 8, 2000, "float64"},
+     {"mod97", 4, 128, 8, 2000, "float64", "paper-gpu"},
      nullptr,
      table9_pairs},
     {"table9-mod97-6L",
      "table9",
      "Table 9 row: mod-97, 6L d256 8 heads, 2000 steps, float64",
-     {"mod97", 6, 256, 8, 2000, "float64"},
+     {"mod97", 6, 256, 8, 2000, "float64", "paper-gpu"},
      nullptr,
      table9_pairs},
     {"table9-charlm",
      "table9",
      "Table 9 row: char-LM tiny-Shakespeare, 6L d256 8 heads, 3000 steps, "
      "float64",
-     {"charlm", 0, 0, 0, 0, "float64"},
+     {"charlm", 0, 0, 0, 0, "float64", "paper-gpu"},
      nullptr,
      table9_pairs},
     {"zoo", "zoo",
@@ -234,6 +235,13 @@ const Config& find_config(const std::string& name) {
   TORCH_CHECK(false, "Unknown table: '", name, "' (known: ", known, ")");
 }
 
+// The protocol table `c` follows in `dtype` (twins::default_protocol).
+std::string paper_protocol(const Config& c, const std::string& dtype) {
+  return twins::to_string(
+      twins::default_protocol(twins::parse_protocol(c.model.protocol),
+                              twins::parse_dtype(dtype)));
+}
+
 // The request of table `c`'s configuration with `o` applied.
 PlanRequest base_request(const Config& c, const TableOverrides& o) {
   PlanRequest base;
@@ -242,7 +250,10 @@ PlanRequest base_request(const Config& c, const TableOverrides& o) {
   base.d_model = c.model.d_model;
   base.heads = c.model.heads;
   base.steps = o.steps != 0 ? o.steps : paper_steps(c);
+  base.stop_after = o.stop_after;
   base.dtype = !o.dtype.empty() ? o.dtype : c.model.dtype;
+  base.protocol =
+      !o.protocol.empty() ? o.protocol : paper_protocol(c, base.dtype);
   base.device = !o.device.empty() ? o.device : "cpu";
   return base;
 }
@@ -253,6 +264,14 @@ std::vector<std::string> deviations(const Config& c, const PlanRequest& base) {
   if (base.steps != paper_steps(c)) {
     out.push_back(
         fmt::format("steps {} (paper: {})", base.steps, paper_steps(c)));
+  }
+  if (base.stop_after != 0 && base.stop_after < base.steps) {
+    out.push_back(fmt::format("stops after step {} of {}", base.stop_after,
+                              base.steps));
+  }
+  if (base.protocol != paper_protocol(c, base.dtype)) {
+    out.push_back(fmt::format("protocol {} (paper: {})", base.protocol,
+                              c.model.protocol));
   }
   if (base.dtype != c.model.dtype) {
     out.push_back(
@@ -305,6 +324,11 @@ TableOverrides overrides_of(const std::string& name, const PairSpec& spec) {
   if (spec.steps != paper_steps(c)) {
     o.steps = spec.steps;
   }
+  o.stop_after = spec.stop_after;
+  if (twins::to_string(spec.protocol) !=
+      paper_protocol(c, twins::dtype_name(spec.dtype))) {
+    o.protocol = twins::to_string(spec.protocol);
+  }
   if (twins::dtype_name(spec.dtype) != c.model.dtype) {
     o.dtype = twins::dtype_name(spec.dtype);
   }
@@ -318,6 +342,10 @@ std::string config_name(const std::string& name, const TableOverrides& o) {
   std::string out = name;
   if (o.steps != 0)
     out += fmt::format("-steps{}", o.steps);
+  if (o.stop_after != 0)
+    out += fmt::format("-stop{}", o.stop_after);
+  if (!o.protocol.empty())
+    out += "-" + o.protocol;
   if (!o.dtype.empty())
     out += "-" + o.dtype;
   if (!o.device.empty() && o.device != "cpu") {

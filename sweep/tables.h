@@ -19,8 +19,10 @@ namespace sweep {
 // means the paper's value.
 struct TableOverrides {
   int64_t steps = 0;
-  std::string device;  // empty: cpu
-  std::string dtype;   // empty: the table's (float32 or float64)
+  std::string device;      // empty: cpu
+  std::string dtype;       // empty: the table's (float32 or float64)
+  int64_t stop_after = 0;  // train through this step of `steps` only
+  std::string protocol;    // empty: the table's (paper-cpu or paper-gpu)
 };
 
 struct Table {
@@ -42,13 +44,15 @@ std::vector<std::string> table_names();
 // 'x' (known: ...)" and the one-line errors of expand().
 Table make_table(const std::string& name, const TableOverrides& overrides = {});
 
-// The name of a table's configuration: <name>[-steps50][-float64][-cuda_0]
+// The name of a table's configuration:
+// <name>[-steps50][-stop1][-twins][-float64][-cuda_0]
 // (the overrides that differ from the paper's). The default results file
 // of `twin-run table` and the merged aggregate of its shards are named
 // after it, so different configurations never share a file.
 std::string config_name(const std::string& name, const TableOverrides& o);
 
-// The overrides that reproduce `spec`'s steps / device / dtype against
+// The overrides that reproduce `spec`'s steps / stop / protocol / device /
+// dtype against
 // table `name`'s defaults (to rebuild a table's job list from its records).
 TableOverrides overrides_of(const std::string& name,
                             const twins::PairSpec& spec);

@@ -31,6 +31,8 @@ inline twins::PairSpec tiny_spec(const std::string& opt, twins::TwinKind kind,
   s.twin = kind;
   s.steps = steps;
   s.dtype = dtype;
+  // As a plan resolves it: float64 pairs draw in float64 (protocol §2a).
+  s.protocol = twins::default_protocol(twins::Protocol::kPaperCpu, dtype);
   s.depth = 2;
   s.d_model = 16;
   s.heads = 4;

@@ -25,6 +25,7 @@ twins::PairSpec tiny_lm(const std::string& opt, twins::TwinKind kind,
   s.steps = steps;
   s.lr = twins::default_lr(opt, "charlm");
   s.dtype = torch::kDouble;
+  s.protocol = twins::Protocol::kTwins;  // protocol §2a
   s.depth = 2;
   s.d_model = 32;
   s.heads = 4;
@@ -106,6 +107,7 @@ TEST(ModFloat64, EquivariantGaugeTwinsAtStep1Below1e13) {
     s.opt = opt;
     s.steps = 1;
     s.dtype = torch::kDouble;
+    s.protocol = twins::Protocol::kTwins;  // protocol §2a
     s.lr = twins::default_lr(opt, "mod47");
     auto r = twins::run_pair(s);
     EXPECT_LE(r.curve.back().logit_drift, 1e-13) << opt;

@@ -87,6 +87,7 @@ twins::PairSpec mod47(const std::string& opt, twins::TwinKind kind,
   s.twin_seed = kind == twins::TwinKind::kNoise ? 888 : 777;
   s.steps = 2;
   s.dtype = dtype;
+  s.protocol = twins::default_protocol(twins::Protocol::kPaperCpu, dtype);
   s.lr = twins::default_lr(opt, "mod47");
   return s;
 }
@@ -113,6 +114,7 @@ TEST_F(EagerCrossCheck, AdamGaugeCharLMFloat64FirstStepsAgree) {
   s.steps = 2;
   s.lr = 1e-3;
   s.dtype = torch::kDouble;
+  s.protocol = twins::Protocol::kTwins;  // protocol §2a
   s.depth = 2;
   s.d_model = 32;
   s.heads = 4;

@@ -733,6 +733,7 @@ TEST(ModernPairs, FirstLayerStepOneGradientIsRankDeficient) {
   spec.twin = twins::TwinKind::kIdentity;
   spec.steps = 1;
   spec.dtype = torch::kDouble;
+  spec.protocol = twins::Protocol::kTwins;  // protocol §2a
   spec.lr = twins::default_lr("soap", "mod47");
   twins::Lockstep pair({spec});
   pair.train_to(1);

@@ -377,6 +377,7 @@ twins::PairSpec mod47_float64(const std::string& opt, int64_t steps) {
   twins::PairSpec s = twins::default_spec("mod47", opt);
   s.steps = steps;
   s.dtype = torch::kDouble;
+  s.protocol = twins::Protocol::kTwins;  // protocol §2a
   return s;
 }
 

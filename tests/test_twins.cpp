@@ -51,6 +51,7 @@ twins::PairSpec mod47_float64(const std::string& opt, int64_t steps) {
   twins::PairSpec s = twins::default_spec("mod47", opt);
   s.steps = steps;
   s.dtype = torch::kDouble;
+  s.protocol = twins::Protocol::kTwins;  // protocol §2a
   return s;
 }
 
@@ -355,9 +356,20 @@ TEST(Vocabulary, DriftFinalChaosTrackingAndOnsetAreDefinedOnce) {
   EXPECT_EQ(twins::drift_at(g, 2), 2e-7);
   EXPECT_TRUE(std::isnan(twins::drift_at(g, 7)));
   EXPECT_EQ(twins::final_drift(g), 0.5);
-  // Past step 100: 300 (1 decade apart) and 1000 (0): mean 0.5, max 1.
-  EXPECT_DOUBLE_EQ(twins::chaos_metric(g, n), 0.5);
+  // The paper's chaos metric counts from step 100 on (docs/protocol.md §6):
+  // 100 (0 decades apart), 300 (1) and 1000 (0), mean 1/3 up to the paper's
+  // 1e-12 in each drift; the verdict's tracking counts past step 100: 300
+  // and 1000, max exactly 1.
+  EXPECT_NEAR(twins::chaos_metric(g, n), 1.0 / 3, 1e-9);
   EXPECT_DOUBLE_EQ(twins::tracking(g, n), 1.0);
+  {
+    // The 1e-12 is what lets a drift of exactly 0 count: 0 against 1e-12
+    // is log10(2) decades, not infinitely many.
+    twins::PairResult g0 = g, n0 = n;
+    g0.curve = {point(0, 0, 4.0), point(100, 0, 3.0)};
+    n0.curve = {point(0, 0, 4.0), point(100, 1e-12, 3.0)};
+    EXPECT_NEAR(twins::chaos_metric(g0, n0), std::log10(2.0), 1e-12);
+  }
   // Copy 1's validation loss first moves at step 2 (a skipped first step).
   EXPECT_EQ(twins::first_moving_step(g), 2);
   g.status = twins::PairStatus::kDiverged;

@@ -7,13 +7,14 @@ namespace twins {
 std::vector<std::vector<torch::Tensor>> gauge_matrices(int64_t depth,
                                                        int64_t heads,
                                                        int64_t head_dim,
-                                                       uint64_t seed) {
+                                                       uint64_t seed,
+                                                       torch::Dtype draw) {
   auto gen = at::detail::createCPUGenerator(seed);
   std::vector<std::vector<torch::Tensor>> A(depth);
   for (int64_t l = 0; l < depth; ++l) {
     for (int64_t h = 0; h < heads; ++h) {
-      torch::Tensor g = torch::randn({head_dim, head_dim}, gen,
-                                     torch::TensorOptions(torch::kDouble));
+      torch::Tensor g =
+          torch::randn({head_dim, head_dim}, gen, torch::TensorOptions(draw));
       A[l].push_back(std::get<0>(torch::linalg_qr(g)));
     }
   }
@@ -41,27 +42,28 @@ void rotate_heads(model::Transformer& m,
   }
 }
 
-void add_qk_noise(model::Transformer& m, uint64_t seed, double scale) {
+void add_qk_noise(model::Transformer& m, uint64_t seed, double scale,
+                  torch::Dtype draw) {
   TORCH_CHECK(scale >= 0 && std::isfinite(scale), "Invalid noise scale: ",
               scale);
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(seed);
   for (auto& block : m->blocks) {
     for (auto* w : {&block->attn->wq->weight, &block->attn->wk->weight}) {
-      torch::Tensor n = torch::randn(w->sizes(), gen,
-                                     torch::TensorOptions(torch::kDouble));
+      torch::Tensor n =
+          torch::randn(w->sizes(), gen, torch::TensorOptions(draw));
       w->add_((n * scale).to(w->device(), w->scalar_type()));
     }
   }
 }
 
 void apply_twin(model::Transformer& m, TwinKind kind, uint64_t seed,
-                double noise_scale) {
+                double noise_scale, torch::Dtype draw) {
   const auto& cfg = m->config();
   switch (kind) {
     case TwinKind::kGauge:
       rotate_heads(m, gauge_matrices(cfg.depth, cfg.heads, cfg.head_dim(),
-                                     seed));
+                                     seed, draw));
       return;
     case TwinKind::kIdentity: {
       std::vector<std::vector<torch::Tensor>> I(
@@ -72,7 +74,7 @@ void apply_twin(model::Transformer& m, TwinKind kind, uint64_t seed,
       return;
     }
     case TwinKind::kNoise:
-      add_qk_noise(m, seed, noise_scale);
+      add_qk_noise(m, seed, noise_scale, draw);
       return;
   }
 }

@@ -154,7 +154,7 @@ HeadMatrices twin_gauge(const PairSpec& spec) {
   if (spec.twin != TwinKind::kGauge)
     return {};
   return gauge_matrices(spec.depth, spec.heads, spec.d_model / spec.heads,
-                        spec.twin_seed);
+                        spec.twin_seed, draw_dtype(spec.protocol));
 }
 
 // ---------------------------------------------------------------------------

@@ -12,9 +12,7 @@ double relative_distance(const torch::Tensor& a, const torch::Tensor& b) {
   torch::Tensor x = a.to(torch::kDouble), y = b.to(torch::kDouble);
   const double num = (x - y).norm().item<double>();
   const double den = 0.5 * (x.norm().item<double>() + y.norm().item<double>());
-  if (num == 0)
-    return 0.0;
-  return num / den;
+  return num / (den + 1e-12);
 }
 
 namespace {
@@ -42,8 +40,7 @@ std::vector<double> qk_drift_per_head(const model::Transformer& m1,
     auto n1 = p1.flatten(1).norm(2, {1}), n2 = p2.flatten(1).norm(2, {1});
     auto diff = (p1 - p2).flatten(1).norm(2, {1});
     // 0 where the two products are bitwise equal (also when both are 0).
-    per_layer.push_back(torch::where(diff == 0, torch::zeros_like(diff),
-                                     diff / (0.5 * (n1 + n2))));
+    per_layer.push_back(diff / (0.5 * (n1 + n2) + 1e-12));
   }
   torch::Tensor all = torch::cat(per_layer).cpu();
   return std::vector<double>(all.data_ptr<double>(),
@@ -85,7 +82,8 @@ CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
 }
 
 std::vector<int64_t> checkpoint_steps(int64_t steps,
-                                      const std::vector<int64_t>& extra) {
+                                      const std::vector<int64_t>& extra,
+                                      int64_t stop_after) {
   std::vector<int64_t> out;
   for (int64_t s :
        {0, 1, 2, 3, 5, 10, 50, 100, 300, 600, 1000, 1500, 2000, 3000}) {
@@ -96,6 +94,12 @@ std::vector<int64_t> checkpoint_steps(int64_t steps,
   for (int64_t s : extra) {
     if (s >= 0 && s <= steps)
       out.push_back(s);
+  }
+  if (stop_after > 0) {
+    out.erase(std::remove_if(out.begin(), out.end(),
+                             [&](int64_t s) { return s > stop_after; }),
+              out.end());
+    out.push_back(stop_after);
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

@@ -11,11 +11,13 @@
 
 namespace twins {
 
-// ||a - b||_F / (0.5 (||a||_F + ||b||_F)), in float64; 0 when both are 0.
+// ||a - b||_F / (0.5 (||a||_F + ||b||_F) + 1e-12), in float64: the paper's
+// relative distance, 1e-12 in the denominator included (docs/protocol.md
+// §6); 0 when a and b are equal.
 double relative_distance(const torch::Tensor& a, const torch::Tensor& b);
 
 // Per head (layer-major), the relative distance between P = W_Q,h^T W_K,h of
-// the two models (d x d each).
+// the two models (d x d each), as relative_distance measures it.
 std::vector<double> qk_drift_per_head(const model::Transformer& m1,
                                       const model::Transformer& m2);
 
@@ -50,8 +52,11 @@ CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
 // The checkpoint steps: {0, 1, 2, 3, 5, 10, 50, 100, 300, 600, 1000, 1500,
 // 2000, 3000} within [0, steps], plus `steps` itself and any of `extra`
 // (a pair's merge steps), sorted. Steps 2, 3 and 5 let the verdict see a
-// rule that leaves step 1 alone (docs/protocol.md §10).
+// rule that leaves step 1 alone (docs/protocol.md §10). With `stop_after`
+// (> 0) those of them within [0, stop_after], plus stop_after itself: a
+// run of `steps` steps stopped there (docs/protocol.md §6).
 std::vector<int64_t> checkpoint_steps(int64_t steps,
-                                      const std::vector<int64_t>& extra = {});
+                                      const std::vector<int64_t>& extra = {},
+                                      int64_t stop_after = 0);
 
 }  // namespace twins

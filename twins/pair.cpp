@@ -168,12 +168,12 @@ Lockstep::Lockstep(std::vector<PairSpec> specs, int threads)
   task_ = make_task(first, device);
   const model::ModelConfig cfg = model_config(first, task_->shape());
   // Build once: the base model is the reference, every twin a copy of it.
-  model::Transformer base =
-      model::build(cfg, first.init_seed, first.dtype, device);
+  model::Transformer base = model::build(cfg, first.init_seed, first.dtype,
+                                         device, model_init(first.protocol));
   for (const auto& s : specs_) {
     model::Transformer m = model::build(cfg, s.init_seed, s.dtype, device);
     model::copy_parameters(base, m);
-    apply_twin(m, s.twin, s.twin_seed, s.noise_scale);
+    apply_twin(m, s.twin, s.twin_seed, s.noise_scale, draw_dtype(s.protocol));
     twins_.push_back(std::make_unique<Copy>(std::move(m), s));
   }
   reference_ = std::make_unique<Copy>(std::move(base), first);
@@ -284,8 +284,9 @@ class GroupRun {
         results_(specs.size()),
         gauges_(specs.size()),
         merge_at_(specs.front().merge_at),
-        steps_(specs.front().steps),
-        checkpoints_(checkpoint_steps(steps_, merge_at_)) {
+        steps_(specs.front().last_step()),
+        checkpoints_(checkpoint_steps(specs.front().steps, merge_at_,
+                                      specs.front().stop_after)) {
     for (size_t i = 0; i < specs.size(); ++i) {
       results_[i].spec = specs[i];
       results_[i].torch_version = TORCH_VERSION;

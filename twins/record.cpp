@@ -172,6 +172,7 @@ MergePoint merge_point_from_json(const json& j) {
 
 json spec_to_json(const PairSpec& s) {
   json j;
+  j["protocol"] = to_string(s.protocol);
   j["task"] = s.task;
   j["opt"] = s.opt;
   json hp = json::object();
@@ -184,6 +185,8 @@ json spec_to_json(const PairSpec& s) {
   j["noise_scale"] = s.uses_noise_scale() ? json(s.noise_scale) : json(nullptr);
   j["lr"] = s.lr;
   j["steps"] = s.steps;
+  if (s.stop_after > 0)
+    j["stop_after"] = s.stop_after;
   j["dtype"] = dtype_name(s.dtype);
   j["device"] = s.device;
   j["data_seed"] = s.data_seed;
@@ -205,6 +208,11 @@ json spec_to_json(const PairSpec& s) {
 
 PairSpec spec_from_json(const json& j) {
   PairSpec s;
+  // Records before schema 3 name no protocol: they followed the project's
+  // own (PyTorch's init, float64 draws).
+  s.protocol = j.contains("protocol")
+                   ? parse_protocol(text(j["protocol"], "protocol"))
+                   : Protocol::kTwins;
   s.task = text(field(j, "task"), "task");
   s.opt = text(field(j, "opt"), "opt");
   if (j.contains("hparams")) {
@@ -223,6 +231,8 @@ PairSpec spec_from_json(const json& j) {
   s.noise_scale = ns.is_null() ? 0 : real(ns, "noise_scale");
   s.lr = real(field(j, "lr"), "lr");
   s.steps = integer(field(j, "steps"), "steps");
+  if (j.contains("stop_after"))
+    s.stop_after = integer(j["stop_after"], "stop_after");
   s.dtype = parse_dtype(text(field(j, "dtype"), "dtype"));
   s.device = text(field(j, "device"), "device");
   s.data_seed = seed(field(j, "data_seed"), "data_seed");

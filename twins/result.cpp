@@ -72,25 +72,27 @@ double largest_drift(const PairResult& r) {
 }
 
 std::vector<double> decades_apart(const PairResult& gauge,
-                                  const PairResult& noise, int64_t past_step) {
+                                  const PairResult& noise, int64_t from,
+                                  double floor) {
   std::vector<double> out;
   for (const auto& c : gauge.curve) {
-    if (c.step <= past_step)
+    if (c.step < from)
       continue;
     const double g = c.logit_drift, n = drift_at(noise, c.step);
     if (!std::isfinite(g) || !std::isfinite(n))
       continue;
-    out.push_back(g == n ? 0.0 : std::abs(std::log10(g / n)));
+    out.push_back(g == n ? 0.0
+                         : std::abs(std::log10((g + floor) / (n + floor))));
   }
   return out;
 }
 
 double chaos_metric(const PairResult& gauge, const PairResult& noise) {
-  return mean(decades_apart(gauge, noise));
+  return mean(decades_apart(gauge, noise, 100, 1e-12));
 }
 
 double tracking(const PairResult& gauge, const PairResult& noise) {
-  const std::vector<double> d = decades_apart(gauge, noise);
+  const std::vector<double> d = decades_apart(gauge, noise, 101, 0.0);
   return d.empty() ? kNaN : *std::max_element(d.begin(), d.end());
 }
 

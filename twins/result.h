@@ -1,6 +1,6 @@
 // What one pair produced, and the one vocabulary every report reads it
 // with: the drift at a step, the final drift, the log-ratio of two curves
-// past step 100 (the paper's chaos metric is its mean, the verdict's
+// around step 100 (the paper's chaos metric is its mean, the verdict's
 // tracking its maximum), the largest drift anywhere, the step at which a
 // rule first moved the parameters. Defined once here; the summaries, the
 // aggregates, the verdict, the plots and the progress lines all call these.
@@ -57,20 +57,21 @@ double final_qk_drift(const PairResult& r);
 // counts as non-zero). What an identity twin must keep at exactly 0.
 double largest_drift(const PairResult& r);
 
-// |log10(gauge / noise)| at every checkpoint after `past_step` that both
-// curves have with finite drifts (0 where the two are equal, infinity where
-// exactly one is 0): how far a gauge twin is from its noise twin, in
-// decades.
+// |log10((gauge + floor) / (noise + floor))| at every checkpoint from step
+// `from` on that both curves have with finite drifts: how far a gauge twin
+// is from its noise twin, in decades (0 where the two are equal).
 std::vector<double> decades_apart(const PairResult& gauge,
-                                  const PairResult& noise,
-                                  int64_t past_step = 100);
+                                  const PairResult& noise, int64_t from,
+                                  double floor);
 
-// The paper's chaos metric (docs/protocol.md §6): the mean of decades_apart;
-// NaN when there is no such checkpoint.
+// The paper's chaos metric (docs/protocol.md §6): the mean of decades_apart
+// from step 100 on, with the paper's floor 1e-12; NaN when there is no such
+// checkpoint.
 double chaos_metric(const PairResult& gauge, const PairResult& noise);
 
 // The verdict's tracking (docs/protocol.md §10): the maximum of
-// decades_apart; NaN when there is no such checkpoint.
+// decades_apart past step 100, with no floor; NaN when there is no such
+// checkpoint.
 double tracking(const PairResult& gauge, const PairResult& noise);
 
 // The first checkpoint after step 0 at which copy 1's validation loss

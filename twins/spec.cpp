@@ -30,6 +30,43 @@ TwinKind parse_twin_kind(const std::string& name) {
               "' (known: gauge, identity, noise)");
 }
 
+const char* to_string(Protocol protocol) {
+  switch (protocol) {
+    case Protocol::kPaperCpu:
+      return "paper-cpu";
+    case Protocol::kPaperGpu:
+      return "paper-gpu";
+    case Protocol::kTwins:
+      return "twins";
+  }
+  return "?";
+}
+
+Protocol parse_protocol(const std::string& name) {
+  for (Protocol p :
+       {Protocol::kPaperCpu, Protocol::kPaperGpu, Protocol::kTwins}) {
+    if (name == to_string(p))
+      return p;
+  }
+  TORCH_CHECK(false, "Unknown protocol: '", name,
+              "' (known: paper-cpu, paper-gpu, twins)");
+}
+
+torch::Dtype draw_dtype(Protocol protocol) {
+  return protocol == Protocol::kPaperCpu ? torch::kFloat : torch::kDouble;
+}
+
+Protocol default_protocol(Protocol paper, torch::Dtype dtype) {
+  return paper == Protocol::kPaperCpu && dtype == torch::kDouble
+             ? Protocol::kTwins
+             : paper;
+}
+
+model::Init model_init(Protocol protocol) {
+  return protocol == Protocol::kPaperGpu ? model::Init::kByParameter
+                                         : model::Init::kModuleDefault;
+}
+
 torch::Dtype parse_dtype(const std::string& name) {
   if (name == "float32")
     return torch::kFloat;
@@ -48,9 +85,12 @@ namespace {
 
 // The fields of copy 1 that follow the optimizer: shape, data, device.
 std::string common_tail(const PairSpec& s) {
-  std::string k = fmt::format("|steps={}|lr={}|{}|{}|L{}-d{}-h{}-m{}|data={}",
-                              s.steps, s.lr, dtype_name(s.dtype), s.device,
-                              s.depth, s.d_model, s.heads, s.mlp, s.data_seed);
+  std::string k = fmt::format(
+      "|protocol={}|steps={}|lr={}|{}|{}|L{}-d{}-h{}-m{}|data={}",
+      to_string(s.protocol), s.steps, s.lr, dtype_name(s.dtype), s.device,
+      s.depth, s.d_model, s.heads, s.mlp, s.data_seed);
+  if (s.stop_after > 0)
+    k += fmt::format("|stop_after={}", s.stop_after);
   if (s.is_charlm()) {
     k += fmt::format("|ctx={}|batch={}|corpus={}", s.ctx, s.batch,
                      s.corpus.empty() ? "tinyshakespeare" : s.corpus);

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/transformer.h"
 #include "optim/base.h"
 
 namespace twins {
@@ -24,6 +25,27 @@ const char* to_string(TwinKind kind);
 // Throws "Unknown twin kind: 'x' (known: gauge, identity, noise)".
 TwinKind parse_twin_kind(const std::string& name);
 
+// docs/protocol.md §2a: the recipe a pair follows — the paper's CPU scripts
+// (Table 3, D.5), its GPU suite (Table 9), or the project's own.
+enum class Protocol {
+  kPaperCpu,  // PyTorch's module init; float32 gauge and noise draws
+  kPaperGpu,  // one generator, parameter by parameter; float64 draws
+  kTwins,     // PyTorch's module init; float64 draws (exact in float64)
+};
+const char* to_string(Protocol protocol);
+// Throws "Unknown protocol: 'x' (known: paper-cpu, paper-gpu, twins)".
+Protocol parse_protocol(const std::string& name);
+// The dtype the gauge and noise of `protocol` are drawn in.
+torch::Dtype draw_dtype(Protocol protocol);
+// How `protocol` initialises the base model.
+model::Init model_init(Protocol protocol);
+// The protocol of a pair that names none, where `paper` is the one its
+// table follows: the paper's CPU scripts ran in float32 only, and their
+// float32 draw would leave a float64 gauge 1e-7 off orthogonal, so a
+// float64 pair of the Table-3 model follows the project's own protocol
+// (docs/protocol.md §2a).
+Protocol default_protocol(Protocol paper, torch::Dtype dtype);
+
 // "float32" / "float64" <-> dtype; throws naming the value otherwise.
 torch::Dtype parse_dtype(const std::string& name);
 std::string dtype_name(torch::Dtype dtype);
@@ -37,10 +59,12 @@ constexpr double kOnsetNoiseScale = 1e-5;
 
 // The version of the result record (docs/output-format.md). Version 1 had
 // no "schema" field and no optimizer hyperparameters; version 2 added both
-// and the checkpoints 2, 3 and 5.
-constexpr int kRecordSchema = 2;
+// and the checkpoints 2, 3 and 5; version 3 the protocol (and with it the
+// paper's 1e-12 in the drifts' denominators) and stop_after.
+constexpr int kRecordSchema = 3;
 
 struct PairSpec {
+  Protocol protocol = Protocol::kPaperCpu;  // docs/protocol.md §2a
   std::string task = "mod47";  // mod<p> or charlm
   std::string opt = "adam";    // a registered optimizer name
   // Every hyperparameter of `opt` but lr, as the registry builds it (or as
@@ -51,6 +75,10 @@ struct PairSpec {
   uint64_t twin_seed = kDefaultGaugeSeed;   // gauge / noise generator seed
   double noise_scale = kTripletNoiseScale;  // noise twins: perturbation std
   int64_t steps = 1500;                     // training steps
+  // Train only through this step, with everything else — the data stream,
+  // the draws, the checkpoints up to it — exactly as for `steps` steps
+  // (docs/protocol.md §6); 0: train all `steps`.
+  int64_t stop_after = 0;
   double lr = 1e-3;                         // learning rate (resolved default)
   torch::Dtype dtype = torch::kFloat;
   std::string device = "cpu";  // cpu, cuda or cuda:N
@@ -71,6 +99,8 @@ struct PairSpec {
   bool uses_twin_seed() const { return twin != TwinKind::kIdentity; }
   bool uses_noise_scale() const { return twin == TwinKind::kNoise; }
   bool is_charlm() const { return task == "charlm"; }
+  // The last step this pair trains: stop_after, or steps.
+  int64_t last_step() const { return stop_after > 0 ? stop_after : steps; }
 
   // Which pair this is, in words that do not depend on the code that runs
   // it: task, optimizer name, twin, seeds, steps, lr, dtype, device, shape,
