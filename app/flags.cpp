@@ -47,6 +47,19 @@ CLI::Validator positive_real() {
       "POSITIVE");
 }
 
+CLI::Validator non_negative_real() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double v = 0;
+        const std::string problem = real_problem(text, &v);
+        if (!problem.empty())
+          return problem;
+        return v >= 0 ? std::string()
+                      : fmt::format("{} is negative", text);
+      },
+      "NUMBER >= 0");
+}
+
 CLI::Validator seed_number() {
   return CLI::Validator(
       [](std::string& text) {
@@ -207,6 +220,29 @@ void add_engine_flags(CLI::App& app, sweep::CommandRequest& r,
   app.add_flag_callback(
       "--no-memory-check", [&e] { e.check_memory = false; },
       "Run even when the memory estimate exceeds this machine's memory");
+  // Checkpoints (docs/clusters.md): by time for long runs, never for runs
+  // of seconds; the flags set e.state.
+  e.state.every_seconds = 60 * 10;
+  app.add_option_function<double>(
+         "--checkpoint-minutes",
+         [&e](double m) { e.state.every_seconds = 60 * m; },
+         "Write each group's whole state (a checkpoint, in <out>.ckpt/) "
+         "at least this often while it trains, and when SIGTERM, SIGUSR1 or "
+         "SIGINT asks the run to stop (then exit 75, or 130 for SIGINT); a "
+         "rerun resumes each group from its checkpoint with the same bits. "
+         "0: never by time [default: 10]")
+      ->check(non_negative_real());
+  app.add_option_function<int64_t>(
+         "--checkpoint-every",
+         [&e](int64_t n) { e.state.every_steps = n; },
+         "Also write it at least every N steps (0: not by steps) [default: "
+         "0]")
+      ->check(whole_number(0, kMaxSteps));
+  app.add_flag_callback(
+      "--checkpoint-restart", [&e] { e.state.restart = true; },
+      "Remove a checkpoint that cannot be used (damaged, or of another "
+      "configuration) and start its group at step 0, instead of stopping "
+      "with an error");
   app.add_option("--save-models", e.save_models,
                  "Save both copies of every pair here when it ends (one "
                  "directory per pair: model1.pt, model2.pt, spec.json); "

@@ -21,6 +21,8 @@ CLI::Validator whole_number(int64_t lo, int64_t hi);
 // A real number > 0 and finite; beyond a double's range it is "out of
 // range", not "not a number".
 CLI::Validator positive_real();
+// A real number >= 0 and finite.
+CLI::Validator non_negative_real();
 
 // A seed: a whole number from 0 to 2^64 - 1, digits only (what the seed
 // lists accept).
@@ -74,7 +76,8 @@ void add_pair_list_flags(CLI::App& app, sweep::CommandRequest& request,
 
 // --out (with `out_help`), --jobs, --threads (default
 // sweep::default_threads(request.kind)), --no-share, --quiet,
-// --no-memory-check, --save-models, bound to request.engine.
+// --no-memory-check, --checkpoint-minutes (default 10), --checkpoint-every,
+// --checkpoint-restart, --save-models, bound to request.engine.
 void add_engine_flags(CLI::App& app, sweep::CommandRequest& request,
                       const std::string& out_help);
 

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -16,6 +17,7 @@
 #include "app/verdict_cmd.h"
 #include "bridge/bridge.h"
 #include "twins/device.h"
+#include "twins/group_state.h"
 
 namespace {
 
@@ -99,6 +101,13 @@ int main(int argc, char** argv) {
     if (merge->parsed())
       return app::run_merge(merge_flags);
     return app::run_run(run_flags);
+  } catch (const twins::Stopped& e) {
+    // The state is saved: 75 (EX_TEMPFAIL) tells a batch script to requeue
+    // the job (scripts/slurm/table-array.sbatch); an interrupt from the
+    // terminal is 130, as the shell reports one.
+    std::fprintf(stderr, "twin-run: %s; rerun the same command to resume\n",
+                 e.what());
+    return e.signal() == SIGINT ? 130 : 75;
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "twin-run: error: %s\n",
                  first_line(e.what_without_backtrace()).c_str());

@@ -3,16 +3,21 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
 
+#include <signal.h>
+
 #include "sweep/estimate.h"
 #include "sweep/progress.h"
 #include "twins/corpus.h"
+#include "data/sha256.h"
 #include "twins/device.h"
+#include "twins/group_state.h"
 #include "twins/io.h"
 #include "twins/pair.h"
 #include "twins/record.h"
@@ -252,11 +257,14 @@ std::vector<std::vector<PairSpec>> order(const std::vector<PairSpec>& todo,
 // recorded, then the first error is rethrown.
 class Slots {
  public:
+  // `trains`: the runner trains the groups (and so keeps their state).
   Slots(std::vector<std::vector<PairSpec>> groups, size_t pairs,
-        const EngineOptions& o, GroupRunner runner, EngineOutcome* out)
+        const EngineOptions& o, GroupRunner runner, bool trains,
+        EngineOutcome* out)
       : groups_(std::move(groups)),
         o_(o),
         runner_(std::move(runner)),
+        trains_(trains),
         out_(out),
         sink_(o.results_path),
         progress_(pairs, groups_.size(), o.quiet, o.log) {}
@@ -265,15 +273,60 @@ class Slots {
     // One thread per model: a model's reductions never depend on how many
     // models or groups run beside it.
     twins::set_threads(1);
+    name_state_files();
     twins::run_on_threads(groups_.size(), static_cast<size_t>(o_.jobs),
                           [this](size_t g, size_t slot) { group(g, slot); });
   }
 
  private:
+  // Each group's checkpoint: named by its reference's state key, and by
+  // its first pair's key too where the reference's pairs are split over
+  // several groups (--no-share, or groups capped to fit in memory).
+  void name_state_files() {
+    if (!o_.state.enabled() || !trains_)
+      return;
+    std::map<std::string, int> groups_of_reference;
+    for (const auto& g : groups_)
+      ++groups_of_reference[twins::group_state_key(g.front())];
+    for (const auto& g : groups_) {
+      std::string id = twins::group_state_key(g.front());
+      if (groups_of_reference[id] > 1)
+        id += "|" + g.front().key();
+      state_files_.push_back(
+          (fs::path(state_dir(o_.results_path)) /
+           (data::sha256_hex(id).substr(0, 16) + ".ckpt"))
+              .string());
+    }
+  }
+
+  // A write killed before its rename leaves "<file>.tmp<pid>" beside the
+  // file; the results file's lock keeps every other writer out, so any
+  // such file is a dead process's.
+  static void remove_unfinished_writes(const std::string& file) {
+    const fs::path f(file);
+    const std::string prefix = f.filename().string() + ".tmp";
+    std::error_code ec;
+    if (!fs::is_directory(f.parent_path(), ec))
+      return;
+    for (const auto& e : fs::directory_iterator(f.parent_path(), ec)) {
+      if (e.path().filename().string().rfind(prefix, 0) == 0)
+        fs::remove(e.path(), ec);
+    }
+  }
+
   void group(size_t g, size_t slot) {
     progress_.begin(slot, g, groups_[g]);
     twins::GroupOptions go;
     go.threads = o_.threads;
+    if (!state_files_.empty()) {
+      go.state_file = state_files_[g];
+      remove_unfinished_writes(go.state_file);
+      go.state = o_.state;
+      go.note = [this](const std::string& line) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        fmt::print(o_.log, "{}\n", line);
+      };
+    }
     go.progress = [&](int64_t t) { progress_.step(slot, t); };
     go.pair_done = [&](const twins::PairResult& r, int64_t step,
                        model::Transformer& ref, model::Transformer& twin) {
@@ -281,11 +334,23 @@ class Slots {
     };
     try {
       runner_(groups_[g], go);
+    } catch (const twins::Stopped& e) {
+      progress_.finish_group(slot);
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        fmt::print(o_.log, "{}\n", e.what());
+      }
+      throw;
     } catch (...) {
       progress_.finish_group(slot);
       throw;
     }
     progress_.finish_group(slot);
+    // Every pair of the group is recorded: its state is of no more use.
+    if (!go.state_file.empty()) {
+      std::error_code ec;
+      fs::remove(go.state_file, ec);
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     ++out_->groups;
     out_->models += groups_[g].size() + 1;
@@ -311,10 +376,48 @@ class Slots {
   const std::vector<std::vector<PairSpec>> groups_;
   const EngineOptions& o_;
   const GroupRunner runner_;
+  const bool trains_;
   EngineOutcome* out_;
   JsonlSink sink_;
   Progress progress_;
-  std::mutex mutex_;  // the sink and the counters
+  std::vector<std::string> state_files_;  // per group; empty: none
+  std::mutex mutex_;  // the sink, the counters and the log
+};
+
+// While groups run with checkpoints: SIGTERM, SIGUSR1 and SIGINT ask every
+// group to write its state and stop at its next step (twins::Stopped). A
+// second SIGTERM or SIGINT ends the process at once, as without them.
+extern "C" void on_stop_signal(int signal) {
+  twins::request_stop(signal);
+  if (signal != SIGUSR1)
+    ::signal(signal, SIG_DFL);
+}
+
+class StopSignals {
+ public:
+  explicit StopSignals(bool install) : installed_(install) {
+    if (!installed_)
+      return;
+    twins::clear_stop();
+    struct sigaction sa = {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < kSignals.size(); ++i)
+      ::sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~StopSignals() {
+    if (!installed_)
+      return;
+    for (size_t i = 0; i < kSignals.size(); ++i)
+      ::sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr std::array<int, 3> kSignals = {SIGTERM, SIGUSR1, SIGINT};
+  bool installed_;
+  std::array<struct sigaction, 3> old_{};
 };
 
 void train_group(const std::vector<PairSpec>& group,
@@ -334,6 +437,10 @@ void check_job_list(const std::vector<PairSpec>& pairs,
 }
 
 }  // namespace
+
+std::string state_dir(const std::string& results_path) {
+  return results_path + ".ckpt";
+}
 
 void check_run(const std::vector<PairSpec>& pairs, const EngineOptions& o) {
   TORCH_CHECK(o.jobs >= 1, "Invalid --jobs: ", o.jobs, " (must be >= 1)");
@@ -359,17 +466,34 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
     if (!todo.empty()) {
       const auto t0 = Clock::now();
       try {
+        // Saved pairs measured by another runner keep no state: a signal
+        // then ends the process as it would without checkpoints.
+        const StopSignals signals(o.state.enabled() && !runner);
         Slots(order(todo, o), todo.size(), o, runner ? runner : train_group,
-              &out)
+              !runner, &out)
             .run();
       } catch (...) {
         // Leave no empty file behind when the lock created it.
         std::error_code ec;
         if (!existed && out.ran == 0)
           fs::remove(o.results_path, ec);
-        throw;
+        try {
+          throw;
+        } catch (const twins::Stopped& e) {
+          throw twins::Stopped(
+              e.signal(),
+              fmt::format("stopped by {}: {} pair(s) recorded now in {}; "
+                          "the groups that had trained are checkpointed in "
+                          "{}/",
+                          twins::signal_name(e.signal()), out.ran,
+                          o.results_path, state_dir(o.results_path)));
+        }
       }
       out.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      // The checkpoint folder goes with its last checkpoint.
+      std::error_code ec;
+      if (o.state.enabled() && fs::is_empty(state_dir(o.results_path), ec))
+        fs::remove(state_dir(o.results_path), ec);
     }
   }
   out.records =

@@ -13,6 +13,8 @@
 //   - scheduling: `jobs` groups at once, `threads` models of a group at
 //     once, each model on one LibTorch / OpenBLAS thread;
 //   - records: each pair's record is appended (fsync'd) as the pair ends.
+//   - checkpoints: with EngineOptions::state, each group's whole state is
+//     written as it trains and a rerun goes on from there.
 // None of it touches a pair's numbers: a record is the same whichever
 // group, shard, job slot, thread or rerun produced it.
 #pragma once
@@ -71,7 +73,17 @@ struct EngineOptions {
   // When set, both copies of every pair are saved there as it ends
   // (twins/snapshot.h), one directory per pair.
   std::string save_models;
+  // When enabled, every group keeps a state file (a checkpoint,
+  // twins/group_state.h) in state_dir(results_path), written as the policy
+  // says and when SIGTERM, SIGUSR1 or SIGINT asks the run to stop (the
+  // handlers are installed while groups run; a second SIGINT or SIGTERM
+  // ends the process at once). A rerun resumes each group from its file;
+  // a group's file is removed when its records are written.
+  twins::StatePolicy state;
 };
+
+// The folder of a results file's checkpoints: "<results>.ckpt".
+std::string state_dir(const std::string& results_path);
 
 struct EngineOutcome {
   size_t already = 0;              // pairs found in the file, not rerun

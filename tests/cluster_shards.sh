@@ -5,6 +5,7 @@
 #
 #   cluster_shards.sh slurm    TWIN_RUN SOURCE_DIR
 #   cluster_shards.sh parallel TWIN_RUN SOURCE_DIR
+#   cluster_shards.sh requeue  TWIN_RUN SOURCE_DIR
 #
 # slurm: starts a one-node SLURM cluster (munged, slurmctld, slurmd) whose
 # state, sockets, logs and ports belong to this run alone, submits
@@ -14,6 +15,10 @@
 # as root) and Debian's slurm-wlm and munge.
 # parallel: the same shards run by GNU parallel on this machine, the way the
 # README runs them over ssh hosts, then aggregated.
+# requeue: on the same kind of cluster, the sbatch script as one task with a
+# one-minute time limit, shorter than its work (table3 --steps $REQUEUE_STEPS
+# on one CPU), and its USR1 30 s before the limit: the task must checkpoint,
+# requeue itself, resume, and end with the single-process records.
 #
 # Either way the union of the shard files must hold exactly the records of
 # `twin-run table table3 --steps 20` in one process, every field but the
@@ -24,10 +29,10 @@
 # started here is stopped by its PID on any exit.
 set -euo pipefail
 
-usage="usage: cluster_shards.sh slurm|parallel TWIN_RUN SOURCE_DIR"
+usage="usage: cluster_shards.sh slurm|parallel|requeue TWIN_RUN SOURCE_DIR"
 (($# == 3)) || { echo "$usage" >&2; exit 2; }
 mode=$1 twin_run=$2 src=$3
-case $mode in slurm | parallel) ;; *) echo "cluster_shards: unknown mode '$mode'; $usage" >&2; exit 2 ;; esac
+case $mode in slurm | parallel | requeue) ;; *) echo "cluster_shards: unknown mode '$mode'; $usage" >&2; exit 2 ;; esac
 [[ -x $twin_run ]] || { echo "cluster_shards: no executable twin-run at '$twin_run'" >&2; exit 2; }
 [[ -f $src/scripts/slurm/table-array.sbatch ]] ||
   { echo "cluster_shards: no scripts/slurm/table-array.sbatch under '$src'" >&2; exit 2; }
@@ -36,9 +41,9 @@ compare=$src/tests/compare_records.py
 
 skip() { echo "cluster_shards: skipped: $*"; exit 77; }
 command -v python3 >/dev/null || skip "python3 is not installed (it compares the records)"
-if [[ $mode == slurm ]]; then
+if [[ $mode != parallel ]]; then
   ((EUID == 0)) || skip "needs root (slurmd runs the jobs as root)"
-  for tool in munged slurmctld slurmd sbatch sinfo scancel setpriv; do
+  for tool in munged slurmctld slurmd sbatch sinfo scancel scontrol setpriv; do
     command -v "$tool" >/dev/null ||
       skip "$tool not found (apt-get install slurm-wlm munge)"
   done
@@ -48,6 +53,11 @@ else
 fi
 
 table=table3 steps=20 shards=3
+if [[ $mode == requeue ]]; then
+  # About two minutes of work on one CPU here: a one-minute limit ends it
+  # at least once.
+  steps=${REQUEUE_STEPS:-400} shards=1
+fi
 stem=$table-steps$steps
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/twins-$mode.XXXXXX")
 chmod 711 "$scratch"  # the munge user must reach its own directory inside
@@ -56,7 +66,7 @@ status=1
 
 cleanup() {
   set +e
-  if [[ $mode == slurm && -n ${SLURM_CONF:-} ]]; then
+  if [[ $mode != parallel && -n ${SLURM_CONF:-} ]]; then
     # Jobs still queued or running after a failure are cancelled while the
     # daemons still run (slurmd ends their steps), then the daemons stop.
     timeout 10 scancel --full --quiet --user=root 2>/dev/null
@@ -122,7 +132,7 @@ wait_for() {
   done
 }
 
-if [[ $mode == slurm ]]; then
+if [[ $mode != parallel ]]; then
   # -------------------------------------------------------------------------
   # A one-node cluster of this run's own: munged on a socket in the scratch
   # directory, slurmctld and slurmd on ports that were free a moment ago, so
@@ -189,6 +199,45 @@ EOF
   node_idle() { [[ $(sinfo -h -N -o %t 2>/dev/null) == idle ]]; }
   wait_for 30 node_idle || fail "the node did not come up idle: $(sinfo -N 2>&1 | tail -1)"
   echo "cluster_shards: one-node cluster up (ports $ctld_port, $slurmd_port), $(elapsed "$t0")"
+fi
+
+if [[ $mode == requeue ]]; then
+  # -------------------------------------------------------------------------
+  # One task whose work outlasts its time limit. The script's own
+  # --signal=B:USR1@300 is replaced by one that fits a one-minute limit.
+  t0=$EPOCHREALTIME
+  cd "$run"
+  export TWIN_RUN=$twin_run
+  job=$(sbatch --parsable --array=1-1 --cpus-per-task=1 --time=1 \
+    --signal=B:USR1@30 "$src/scripts/slurm/table-array.sbatch" \
+    "$table" --steps "$steps")
+  job=${job%%;*}
+  [[ $job =~ ^[0-9]+$ ]] || fail "sbatch did not return a job id: $job"
+  state() { scontrol -o show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1; }
+  restarts() { scontrol -o show job "$job" 2>/dev/null | grep -o 'Restarts=[0-9]*' | head -1; }
+  done_=0
+  for _ in $(seq 450); do  # 15 minutes at most
+    case $(state) in
+      JobState=COMPLETED) done_=1; break ;;
+      JobState=FAILED | JobState=CANCELLED | JobState=TIMEOUT | JobState=NODE_FAIL | JobState=OUT_OF_MEMORY)
+        fail "job $job ended $(state) after $(restarts)" ;;
+    esac
+    sleep 2
+  done
+  ((done_)) || fail "job $job did not complete in 15 minutes ($(state), $(restarts))"
+  n=$(restarts); n=${n#Restarts=}
+  ((n >= 1)) || fail "job $job completed without a requeue: its work fit in the time limit"
+  log=$(ls runs/slurm-*.log | head -1)
+  grep -q "resumed at step" "$log" ||
+    fail "no group resumed from a checkpoint ($log: $(tail -3 "$log"))"
+  [[ ! -e ${shard_files[0]}.ckpt ]] || fail "checkpoints left behind in ${shard_files[0]}.ckpt"
+  echo "cluster_shards: job $job timed out into $n requeue(s), resumed and completed, $(elapsed "$t0")"
+  python3 "$compare" "$reference" "${shard_files[@]}" ||
+    fail "the requeued task's records are not the single-process records"
+  status=0
+  echo "cluster_shards: PASSED (requeue)"
+  exit 0
+elif [[ $mode == slurm ]]; then
 
   # -------------------------------------------------------------------------
   # The array and the dependent aggregate, submitted the way a person would,

@@ -219,7 +219,8 @@ void make_directories(const std::string& dir) {
   TORCH_CHECK(!ec, "Cannot create directory '", dir, "': ", ec.message());
 }
 
-void write_text_atomically(const std::string& path, const std::string& text) {
+void write_text_atomically(const std::string& path, const std::string& text,
+                           const std::function<void()>& before_rename) {
   const fs::path target(path);
   const fs::path dir =
       target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -247,6 +248,8 @@ void write_text_atomically(const std::string& path, const std::string& text) {
     std::remove(tmp.c_str());
     throw;
   }
+  if (closed && before_rename)
+    before_rename();
   if (!closed || std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int e = closed ? errno : err;
     std::remove(tmp.c_str());

@@ -5,6 +5,7 @@
 // the file.
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace twins {
@@ -25,7 +26,10 @@ void write_all(int fd, const std::string& text, const std::string& path,
 // device, a pipe or socket, or a symbolic link at `path` is refused
 // (check_output_file), so that a rename never puts a file in place of
 // /dev/null or of what a link points to. Throws naming the file.
-void write_text_atomically(const std::string& path, const std::string& text);
+// `before_rename`, when given, is called once the temporary file is whole
+// and synced, just before the rename (the crash tests' hook).
+void write_text_atomically(const std::string& path, const std::string& text,
+                           const std::function<void()>& before_rename = {});
 
 // How an output file is written: replaced whole (write_text_atomically) or
 // appended to (a results file).

@@ -5,11 +5,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include <fmt/format.h>
 
 #include "model/loss.h"
 #include "twins/device.h"
 #include "twins/gauge.h"
 #include "twins/merge.h"
+#include "twins/record.h"
 
 namespace twins {
 
@@ -103,6 +108,7 @@ struct Lockstep::Copy {
   std::vector<torch::Tensor> params;
   std::vector<torch::Tensor> pending;  // detached losses since the last read
   std::vector<double> losses;          // every step's loss, read back
+  size_t checked = 0;  // losses checked for divergence (read_losses)
 
   Copy(model::Transformer m, const PairSpec& spec) : model(std::move(m)) {
     params = model->parameters();
@@ -130,22 +136,68 @@ struct Lockstep::Copy {
     }
   }
 
-  // Appends the pending losses to `losses`; returns the first non-finite
-  // step (1-based) among them, or -1.
-  int64_t read_losses() {
+  // Appends the pending losses to `losses`, unchecked.
+  void flush() {
     if (pending.empty())
-      return -1;
+      return;
     torch::Tensor l = torch::stack(pending).to(torch::kCPU, torch::kDouble);
     pending.clear();
-    int64_t bad = -1;
     const double* v = l.data_ptr<double>();
-    for (int64_t i = 0; i < l.numel(); ++i) {
-      losses.push_back(v[i]);
-      if (bad < 0 && !std::isfinite(v[i])) {
-        bad = static_cast<int64_t>(losses.size());
-      }
+    losses.insert(losses.end(), v, v + l.numel());
+  }
+
+  // Reads back the pending losses; returns the first non-finite step
+  // (1-based) among those not checked before, or -1.
+  int64_t read_losses() {
+    flush();
+    int64_t bad = -1;
+    for (size_t i = checked; i < losses.size() && bad < 0; ++i) {
+      if (!std::isfinite(losses[i]))
+        bad = static_cast<int64_t>(i) + 1;
     }
+    checked = losses.size();
     return bad;
+  }
+
+  // The weights (by position: the build fixes the order), the optimizer's
+  // state and the losses.
+  void save(torch::serialize::OutputArchive& a) {
+    flush();
+    torch::serialize::OutputArchive weights, state;
+    for (size_t i = 0; i < params.size(); ++i)
+      weights.write(fmt::format("p{}", i), params[i].detach());
+    opt->save(state);
+    a.write("weights", weights);
+    a.write("optimizer", state);
+    a.write("losses", torch::tensor(losses, torch::kDouble));
+    a.write("checked", torch::tensor(static_cast<int64_t>(checked)));
+  }
+
+  void load(torch::serialize::InputArchive& a, int64_t step) {
+    torch::serialize::InputArchive weights, state;
+    a.read("weights", weights);
+    a.read("optimizer", state);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      torch::Tensor w;
+      weights.read(fmt::format("p{}", i), w);
+      TORCH_CHECK(w.sizes() == params[i].sizes() &&
+                      w.scalar_type() == params[i].scalar_type(),
+                  "parameter ", i, " is ", w.sizes(), " ", w.scalar_type(),
+                  " in the checkpoint, ", params[i].sizes(), " ",
+                  params[i].scalar_type(), " here");
+      params[i].copy_(w);
+    }
+    opt->load(state);
+    torch::Tensor l, c;
+    a.read("losses", l);
+    a.read("checked", c);
+    l = l.to(torch::kDouble).contiguous();
+    TORCH_CHECK(l.numel() == step, "the checkpoint holds ", l.numel(),
+                " losses for step ", step);
+    losses.assign(l.data_ptr<double>(), l.data_ptr<double>() + l.numel());
+    checked = static_cast<size_t>(c.item<int64_t>());
+    pending.clear();
   }
 };
 
@@ -267,6 +319,37 @@ CurvePoint Lockstep::measure(size_t i, const Evaluation* reference) {
   return c;
 }
 
+void Lockstep::save_state(torch::serialize::OutputArchive& archive) {
+  torch::serialize::OutputArchive ref;
+  reference_->save(ref);
+  archive.write("reference", ref);
+  for (size_t i = 0; i < twins_.size(); ++i) {
+    if (!twins_[i])
+      continue;
+    torch::serialize::OutputArchive t;
+    twins_[i]->save(t);
+    archive.write(fmt::format("twin{}", i), t);
+  }
+}
+
+void Lockstep::load_state(torch::serialize::InputArchive& archive,
+                          const std::vector<size_t>& source, int64_t step) {
+  TORCH_CHECK(source.size() == twins_.size(), "load_state: ", source.size(),
+              " sources for ", twins_.size(), " twins");
+  TORCH_CHECK(step >= 0 && step <= specs_.front().steps, "load_state: step ",
+              step, " outside 0..", specs_.front().steps);
+  torch::serialize::InputArchive ref;
+  archive.read("reference", ref);
+  reference_->load(ref, step);
+  for (size_t i = 0; i < twins_.size(); ++i) {
+    TORCH_CHECK(twins_[i], "load_state: twin ", i, " is retired");
+    torch::serialize::InputArchive t;
+    archive.read(fmt::format("twin{}", source[i]), t);
+    twins_[i]->load(t, step);
+  }
+  done_ = step;
+}
+
 // ---------------------------------------------------------------------------
 // run_group
 
@@ -299,8 +382,9 @@ class GroupRun {
   }
 
   std::vector<PairResult> run() {
-    if (checkpoints_[next_] == 0)
+    if (!resume() && checkpoints_[next_] == 0)
       checkpoint();
+    last_save_ = {group_.done(), Clock::now()};
     while (group_.done() < steps_ && any_live()) {
       train_segment();
       end_diverged();
@@ -319,9 +403,188 @@ class GroupRun {
  private:
   // Segments end at checkpoints and every kSyncEvery steps; the losses are
   // read back (and checked) only there.
+  // With a state file the segment is trained step by step, and before each
+  // step the state is written when it is due or a stop is requested: the
+  // state between two steps of a segment, or at its start (after the
+  // previous segment's checks and measurements), is all a resumed group
+  // needs to run the same segments, checks and measurements as a group
+  // run straight through.
   void train_segment() {
     const int64_t sync = (group_.done() / kSyncEvery + 1) * kSyncEvery;
-    group_.train_to(std::min(sync, checkpoints_[next_]), options_.progress);
+    const int64_t end = std::min(sync, checkpoints_[next_]);
+    if (options_.state_file.empty()) {
+      group_.train_to(end, options_.progress);
+      return;
+    }
+    while (group_.done() < end) {
+      between_steps();
+      group_.train_to(group_.done() + 1, options_.progress);
+    }
+  }
+
+  void between_steps() {
+    if (const int signal = stop_requested()) {
+      const int64_t step = group_.done();
+      if (step > 0 && step > saved_step_)
+        save_state();
+      throw Stopped(
+          signal,
+          saved_step_ < 0
+              ? fmt::format("{}: group '{}' stopped before its first step; "
+                            "nothing to save",
+                            signal_name(signal), group_label())
+              : fmt::format("{}: group '{}' stopped at step {} of {}; its "
+                            "state is in {}",
+                            signal_name(signal), group_label(), step, steps_,
+                            options_.state_file));
+    }
+    const StatePolicy& p = options_.state;
+    const bool by_steps =
+        p.every_steps > 0 && group_.done() - last_save_.step >= p.every_steps;
+    const bool by_time =
+        p.every_seconds > 0 &&
+        std::chrono::duration<double>(Clock::now() - last_save_.time)
+                .count() >= p.every_seconds;
+    if ((by_steps || by_time) && group_.done() > saved_step_)
+      save_state();
+  }
+
+  std::string group_label() const {
+    const PairSpec& s = group_.spec(0);
+    return fmt::format("{} (init {})", s.opt, s.init_seed);
+  }
+
+  // The header's pairs: every live twin's key, in the group's order.
+  nlohmann::json live_keys() const {
+    nlohmann::json keys = nlohmann::json::array();
+    for (size_t i = 0; i < group_.twins(); ++i) {
+      if (group_.live(i))
+        keys.push_back(group_.spec(i).key());
+    }
+    return keys;
+  }
+
+  void save_state() {
+    const auto start = Clock::now();
+    torch::serialize::OutputArchive archive;
+    group_.save_state(archive);
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    nlohmann::json h;
+    h["group"] = group_state_key(group_.spec(0));
+    h["step"] = group_.done();
+    h["next_checkpoint"] = next_;
+    h["elapsed_s"] = seconds();
+    h["torch_version"] = TORCH_VERSION;
+    h["pairs"] = live_keys();
+    nlohmann::json partial = nlohmann::json::array();
+    for (size_t i = 0; i < group_.twins(); ++i) {
+      if (!group_.live(i))
+        continue;
+      const nlohmann::json record = to_json(results_[i]);
+      partial.push_back(
+          {{"curve", record.at("curve")},
+           {"merges", record.value("merge", nlohmann::json::array())},
+           {"twin", i}});
+    }
+    h["partial"] = partial;
+    const std::string payload = bytes.str();
+    write_state_file(options_.state_file, h, payload);
+    saved_step_ = group_.done();
+    last_save_ = {group_.done(), Clock::now()};
+    if (options_.note) {
+      options_.note(fmt::format(
+          "group '{}': checkpoint at step {} ({:.1f} MB in {:.2f} s): {}",
+          group_label(), saved_step_, payload.size() / 1e6,
+          std::chrono::duration<double>(last_save_.time - start).count(),
+          options_.state_file));
+    }
+  }
+
+  // Resumes from the state file when there is one; false when the group
+  // starts at step 0. A file that cannot be used is an error, or with
+  // StatePolicy::restart removed with a note.
+  bool resume() {
+    const std::string& path = options_.state_file;
+    std::error_code ec;
+    if (path.empty() || !std::filesystem::exists(path, ec))
+      return false;
+    try {
+      load(read_state_file(path));
+    } catch (const Stopped&) {
+      throw;
+    } catch (const std::exception& e) {
+      if (!options_.state.restart)
+        throw;
+      std::filesystem::remove(path, ec);
+      if (options_.note) {
+        const std::string why = e.what();
+        options_.note(fmt::format(
+            "{} (removed: --checkpoint-restart; group '{}' starts at step 0)",
+            why.substr(0, why.find('\n')), group_label()));
+      }
+      return false;
+    }
+    if (options_.note) {
+      options_.note(fmt::format("group '{}': resumed at step {} from {}",
+                                group_label(), group_.done(), path));
+    }
+    return true;
+  }
+
+  void load(const StateFile& f) {
+    const std::string& path = options_.state_file;
+    const nlohmann::json& h = f.header;
+    const std::string want = group_state_key(group_.spec(0));
+    const std::string have = h.value("group", std::string());
+    TORCH_CHECK(have == want, "checkpoint '", path,
+                "' was written for another configuration ('", have,
+                "'; this run: '", want,
+                "'); rerun with --checkpoint-restart to start the group "
+                "afresh");
+    const auto& keys = h.at("pairs");
+    const auto& partial = h.at("partial");
+    std::vector<size_t> source;
+    for (size_t i = 0; i < group_.twins(); ++i) {
+      const std::string key = group_.spec(i).key();
+      auto it = std::find(keys.begin(), keys.end(), key);
+      TORCH_CHECK(it != keys.end(), "checkpoint '", path,
+                  "' does not hold pair '", pair_label(group_.spec(i)),
+                  "' of this group; rerun with --checkpoint-restart to start "
+                  "the group afresh");
+      const auto& p = partial.at(static_cast<size_t>(it - keys.begin()));
+      source.push_back(p.at("twin").get<size_t>());
+      nlohmann::json record = to_json(results_[i]);
+      record["curve"] = p.at("curve");
+      if (!p.at("merges").empty())
+        record["merge"] = p.at("merges");
+      const PairResult back = from_json(record);
+      results_[i].curve = back.curve;
+      results_[i].merges = back.merges;
+    }
+    const int64_t step = h.at("step").get<int64_t>();
+    torch::serialize::InputArchive archive;
+    try {
+      archive.load_from(f.payload.data(), f.payload.size());
+      group_.load_state(archive, source, step);
+    } catch (const c10::Error& e) {
+      const std::string why = e.what_without_backtrace();
+      TORCH_CHECK(false, "checkpoint '", path, "' does not fit this group: ",
+                  why.substr(0, why.find('\n')),
+                  " (rerun with --checkpoint-restart to start it afresh)");
+    }
+    next_ = h.at("next_checkpoint").get<size_t>();
+    TORCH_CHECK(next_ < checkpoints_.size() && checkpoints_[next_] > step &&
+                    (next_ == 0 || checkpoints_[next_ - 1] <= step),
+                "checkpoint '", path, "' is damaged: step ", step,
+                " with next measurement ", next_);
+    resumed_s_ = h.value("elapsed_s", 0.0);
+    saved_step_ = step;
+  }
+
+  double seconds() const {
+    return resumed_s_ +
+           std::chrono::duration<double>(Clock::now() - t0_).count();
   }
 
   // A pair whose copy 1 or copy 2 has a non-finite loss ends here.
@@ -366,7 +629,7 @@ class GroupRun {
     r.train_loss = {l1.empty() ? std::nan("") : l1.back(),
                     l2.empty() ? std::nan("") : l2.back()};
     r.qk_per_head = qk_drift_per_head(group_.reference(), group_.twin(i));
-    r.wall_s = std::chrono::duration<double>(Clock::now() - t0_).count();
+    r.wall_s = seconds();
     if (options_.pair_done) {
       options_.pair_done(r, group_.done(), group_.reference(), group_.twin(i));
     }
@@ -390,6 +653,15 @@ class GroupRun {
   const int64_t steps_;
   const std::vector<int64_t> checkpoints_;
   size_t next_ = 0;  // the next checkpoint
+  // The state file: the step it holds (-1: none), the last write, and the
+  // seconds the group had run when it was written (wall_s goes on from
+  // there).
+  int64_t saved_step_ = -1;
+  struct {
+    int64_t step;
+    Clock::time_point time;
+  } last_save_{0, Clock::now()};
+  double resumed_s_ = 0;
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "data/task.h"
 #include "model/transformer.h"
 #include "optim/registry.h"
+#include "twins/group_state.h"
 #include "twins/result.h"
 #include "twins/spec.h"
 
@@ -81,6 +82,16 @@ class Lockstep {
   const std::vector<double>& twin_losses(size_t i) const;
   const data::Task& task() const { return *task_; }
 
+  // The training state of the reference and of every live twin (their
+  // weights, optimizer states and every loss so far, pending ones read
+  // back first) into `archive`; twin i under "twin<i>".
+  void save_state(torch::serialize::OutputArchive& archive);
+  // Back from an archive save_state wrote at step `step`: twin i of this
+  // group from the archive's twin source[i]. Throws naming what does not
+  // fit (another model shape or optimizer state).
+  void load_state(torch::serialize::InputArchive& archive,
+                  const std::vector<size_t>& source, int64_t step);
+
  private:
   struct Copy;
   std::vector<PairSpec> specs_;
@@ -100,6 +111,13 @@ struct GroupOptions {
   std::function<void(const PairResult&, int64_t step,
                      model::Transformer& reference, model::Transformer& twin)>
       pair_done;
+  // The group's state file (twins/group_state.h); empty: none. With one,
+  // the group resumes from it when it exists, writes it as `state` says
+  // and when a stop is requested (then throws Stopped).
+  std::string state_file;
+  StatePolicy state;
+  // Notes about the state file (resumed, restarted), one line each.
+  std::function<void(const std::string&)> note;
 };
 
 // Runs the pairs of `specs` (one reference, see Lockstep) through their

@@ -1,0 +1,409 @@
+// Checkpoints inside a group (twins/group_state.h, docs/clusters.md): a
+// group stopped at any step and resumed from its state file ends with
+// records bitwise equal, in every number that describes training, to the
+// same group run straight through — for full-batch mod-p and the char-LM's
+// minibatch stream, float32 and float64, every optimizer family; and a
+// state file that cannot be used is refused, never silently replaced.
+// The second half runs the binary: SIGKILL between a checkpoint's write and
+// its rename, and after it, and SIGTERM / SIGINT with their exit statuses.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <thread>
+
+#include "binary_helpers.h"
+#include "helpers.h"
+#include "twins/group_state.h"
+#include "twins/pair.h"
+#include "twins/record.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using testing_helpers::fresh_dir;
+using testing_helpers::slurp;
+using testing_helpers::tiny_spec;
+using testing_helpers::twin_run;
+using twins::PairSpec;
+using twins::TwinKind;
+
+// Every field but the run's timing, as text: equal means bitwise.
+std::vector<std::string> records(const std::vector<twins::PairResult>& rs) {
+  std::vector<std::string> out;
+  for (const auto& r : rs)
+    out.push_back(twins::without_timing(twins::to_json(r)).dump());
+  return out;
+}
+
+// A gauge, an identity and a noise twin of one reference: a group of three.
+std::vector<PairSpec> triplet(PairSpec s) {
+  std::vector<PairSpec> g;
+  for (TwinKind k : {TwinKind::kGauge, TwinKind::kIdentity, TwinKind::kNoise}) {
+    s.twin = k;
+    s.twin_seed = k == TwinKind::kNoise ? 888 : 777;
+    g.push_back(s);
+  }
+  return g;
+}
+
+PairSpec mod_spec(const std::string& opt, torch::Dtype dtype) {
+  PairSpec s = tiny_spec(opt, TwinKind::kGauge, 60, dtype);
+  s.depth = 1;  // one block keeps 7 families x 2 dtypes quick
+  s.lr = opt == "sgd" ? 0.5 : 1e-2;
+  return s;
+}
+
+PairSpec charlm_spec(const std::string& opt, torch::Dtype dtype) {
+  PairSpec s = mod_spec(opt, dtype);
+  s.task = "charlm";
+  s.steps = 30;
+  s.ctx = 16;
+  s.batch = 4;
+  return s;
+}
+
+struct Interrupted {
+  std::vector<twins::PairResult> results;
+  std::vector<int64_t> saved_at;  // the step each stop left in the file
+};
+
+// Runs the group, stopping it (as SIGTERM would) after each of `stops`, and
+// resuming it from its state file each time.
+Interrupted run_interrupted(const std::vector<PairSpec>& group,
+                            const std::vector<int64_t>& stops,
+                            const fs::path& file) {
+  Interrupted out;
+  fs::remove(file);
+  for (size_t k = 0; k <= stops.size(); ++k) {
+    twins::GroupOptions o;
+    o.state_file = file.string();
+    o.state.every_steps = 1000000;  // only the stops write it
+    if (k < stops.size()) {
+      const int64_t at = stops[k];
+      o.progress = [at](int64_t step) {
+        if (step == at)
+          twins::request_stop(SIGTERM);
+      };
+    }
+    try {
+      out.results = twins::run_group(group, o);
+      EXPECT_EQ(k, stops.size()) << "the run was not stopped at step "
+                                 << stops[k];
+    } catch (const twins::Stopped& e) {
+      twins::clear_stop();
+      EXPECT_EQ(e.signal(), SIGTERM);
+      EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos)
+          << e.what();
+      out.saved_at.push_back(
+          twins::read_state_file(file.string()).header.at("step"));
+    }
+  }
+  return out;
+}
+
+void expect_same_as_straight(const std::vector<PairSpec>& group,
+                             const std::vector<int64_t>& stops) {
+  const fs::path dir = fresh_dir("ckpt");
+  const auto straight = records(twins::run_group(group));
+  const Interrupted r = run_interrupted(group, stops, dir / "g.ckpt");
+  EXPECT_EQ(r.saved_at, stops);
+  EXPECT_EQ(records(r.results), straight);
+  fs::remove_all(dir);
+}
+
+const char* const kFamilies[] = {"adam",    "sgd",  "scalar-adam", "muon",
+                                 "shampoo", "soap", "adam-mini"};
+
+// Stops inside the first segment, just after a measurement, and inside the
+// second segment (past the 50-step loss check).
+TEST(Checkpoint, ModPResumesToTheSameBitsForEveryFamily) {
+  for (const char* opt : kFamilies) {
+    for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+      SCOPED_TRACE(std::string(opt) + " " + twins::dtype_name(dtype));
+      expect_same_as_straight(triplet(mod_spec(opt, dtype)), {3, 10, 52});
+    }
+  }
+}
+
+// The char-LM draws a new minibatch every step: the stream must go on from
+// the step the file holds.
+TEST(Checkpoint, CharLmStreamResumesToTheSameBitsForEveryFamily) {
+  for (const char* opt : kFamilies) {
+    for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+      SCOPED_TRACE(std::string(opt) + " " + twins::dtype_name(dtype));
+      expect_same_as_straight(triplet(charlm_spec(opt, dtype)), {2, 11, 25});
+    }
+  }
+}
+
+// A pair that diverges after the stop is recorded as diverged at the same
+// step as in the straight run.
+TEST(Checkpoint, DivergenceAfterAResumeIsTheStraightRunsDivergence) {
+  PairSpec s = mod_spec("sgd", torch::kFloat);
+  s.lr = 1e3;  // diverges at step 7
+  const auto straight = twins::run_group(triplet(s));
+  ASSERT_FALSE(straight[0].ok()) << "the test needs a diverging pair";
+  ASSERT_GT(straight[0].diverged_step, 5);
+  expect_same_as_straight(triplet(s), {2, 5});
+}
+
+// Head merging at a step before the stop is kept in the file's partial
+// record, and one after it measured as in a straight run.
+TEST(Checkpoint, MergesBeforeAndAfterTheStopAreKept) {
+  PairSpec s = mod_spec("adam", torch::kFloat);
+  s.merge_at = {5, 50};
+  expect_same_as_straight(triplet(s), {20});
+}
+
+TEST(Checkpoint, TwoThreadsAndOneGiveTheSameResumedBits) {
+  const auto group = triplet(mod_spec("adam", torch::kFloat));
+  const auto straight = records(twins::run_group(group));
+  const fs::path dir = fresh_dir("ckpt-threads");
+  const fs::path file = dir / "g.ckpt";
+  twins::GroupOptions o;
+  o.state_file = file.string();
+  o.state.every_steps = 7;  // written by the policy, not by a stop
+  o.threads = 2;
+  o.progress = [](int64_t step) {
+    if (step == 30)
+      twins::request_stop(SIGUSR1);
+  };
+  EXPECT_THROW(twins::run_group(group, o), twins::Stopped);
+  twins::clear_stop();
+  twins::GroupOptions resume;
+  resume.state_file = file.string();
+  resume.state.every_steps = 7;
+  EXPECT_EQ(records(twins::run_group(group, resume)), straight);
+  fs::remove_all(dir);
+}
+
+// A file stopped with a twin the resumed group no longer runs (its record
+// was written before the stop) serves the others.
+TEST(Checkpoint, AGroupOfFewerPairsResumesFromItsFile) {
+  const auto group = triplet(mod_spec("adam", torch::kDouble));
+  const auto straight = records(twins::run_group(group));
+  const fs::path dir = fresh_dir("ckpt-subset");
+  run_interrupted(group, {9}, dir / "g.ckpt");  // leaves the file of step 9
+  // Resume only the noise twin, from the file of step 9 written for three.
+  twins::GroupOptions o;
+  o.state_file = (dir / "g.ckpt").string();
+  o.state.every_steps = 1000;
+  std::vector<std::string> notes;
+  o.note = [&](const std::string& line) { notes.push_back(line); };
+  const auto resumed = twins::run_group({group[2]}, o);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("resumed at step 9"), std::string::npos) << notes[0];
+  EXPECT_EQ(records(resumed)[0], straight[2]);
+  fs::remove_all(dir);
+}
+
+// Everything a bad file can be is refused naming the file; with
+// StatePolicy::restart it is removed and the group starts afresh.
+class BadCheckpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fresh_dir("ckpt-bad");
+    file_ = dir_ / "g.ckpt";
+    group_ = triplet(mod_spec("adam", torch::kFloat));
+    run_interrupted(group_, {6}, file_);
+    ASSERT_TRUE(fs::exists(file_));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `group` on the file; the error's message, or "" if none.
+  std::string error_of(const std::vector<PairSpec>& group,
+                       bool restart = false) {
+    twins::GroupOptions o;
+    o.state_file = file_.string();
+    o.state.every_steps = 1000;
+    o.state.restart = restart;
+    o.note = [this](const std::string& line) { notes_.push_back(line); };
+    try {
+      results_ = twins::run_group(group, o);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  void truncate_to(uintmax_t bytes) { fs::resize_file(file_, bytes); }
+
+  fs::path dir_, file_;
+  std::vector<PairSpec> group_;
+  std::vector<twins::PairResult> results_;
+  std::vector<std::string> notes_;
+};
+
+TEST_F(BadCheckpoint, ATruncatedFileIsRefusedNamingIt) {
+  truncate_to(fs::file_size(file_) / 2);
+  const std::string e = error_of(group_);
+  EXPECT_NE(e.find("checkpoint '" + file_.string() + "' is damaged"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("--checkpoint-restart"), std::string::npos) << e;
+  EXPECT_TRUE(fs::exists(file_)) << "a refused file must be left as it was";
+}
+
+TEST_F(BadCheckpoint, AFlippedByteIsRefused) {
+  std::string bytes = slurp(file_);
+  bytes[bytes.size() - 100] ^= 0x40;
+  std::ofstream(file_, std::ios::binary) << bytes;
+  EXPECT_NE(error_of(group_).find("does not match its SHA-256"),
+            std::string::npos);
+}
+
+TEST_F(BadCheckpoint, AForeignFileIsRefused) {
+  std::ofstream(file_) << "notes of mine\n";
+  EXPECT_NE(error_of(group_).find("not a twins checkpoint"), std::string::npos);
+}
+
+TEST_F(BadCheckpoint, AnotherConfigurationIsRefused) {
+  auto other = group_;
+  for (auto& s : other)
+    s.lr = 2e-2;  // another run under the same file name
+  const std::string e = error_of(other);
+  EXPECT_NE(e.find("written for another configuration"), std::string::npos)
+      << e;
+  auto proto = group_;
+  for (auto& s : proto)
+    s.protocol = twins::Protocol::kPaperGpu;
+  EXPECT_NE(error_of(proto).find("another configuration"), std::string::npos);
+}
+
+TEST_F(BadCheckpoint, APairTheFileDoesNotHoldIsRefused) {
+  auto more = group_;
+  more.push_back(more[2]);
+  more.back().twin_seed = 889;
+  EXPECT_NE(error_of(more).find("does not hold pair"), std::string::npos);
+}
+
+TEST_F(BadCheckpoint, RestartRemovesItAndStartsAtStepZero) {
+  truncate_to(100);
+  EXPECT_EQ(error_of(group_, /*restart=*/true), "");
+  ASSERT_EQ(notes_.size(), 1u);
+  EXPECT_NE(notes_[0].find("removed: --checkpoint-restart"), std::string::npos)
+      << notes_[0];
+  EXPECT_EQ(records(results_), records(twins::run_group(group_)));
+}
+
+// ---------------------------------------------------------------------------
+// The binary: kills, signals, exit statuses.
+
+// The records of a results file without their timing fields, in file order.
+std::vector<std::string> file_records(const fs::path& path) {
+  std::vector<std::string> out;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) {
+    if (!line.empty())
+      out.push_back(twins::without_timing(nlohmann::json::parse(line)).dump());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A float64 char-LM run of two groups (Adam, SGD: gauge and noise twins),
+// 40 steps, small shape.
+const std::string kCharLm =
+    "--task charlm --dtype float64 --opt adam,sgd --twin gauge,noise "
+    "--steps 40 --depth 1 "
+    "--d-model 16 --heads 2 --ctx 16 --batch 4 --quiet --threads 1 ";
+
+TEST(CheckpointBinary, SigkillAroundTheRenameResumesToTheStraightRecords) {
+  const fs::path dir = fresh_dir("ckpt-kill");
+  ASSERT_EQ(twin_run(kCharLm + "--out straight.jsonl", dir).code, 0);
+  const auto straight = file_records(dir / "straight.jsonl");
+  ASSERT_EQ(straight.size(), 4u);
+  // Killed mid-run at three points: before the rename of the 2nd write (the
+  // file of the 1st stays), after the 5th, and before the 11th (the second
+  // group's), resuming after each.
+  const std::string every = "--checkpoint-every 3 --out killed.jsonl";
+  for (const char* hook : {"rename:2", "written:5", "rename:11"}) {
+    SCOPED_TRACE(hook);
+    const auto o = twin_run(kCharLm + every, dir,
+                            std::string("TWINS_TEST_KILL=") + hook + " ");
+    EXPECT_EQ(o.code, 128 + SIGKILL) << "not killed: " << o.err;
+    bool found = false;
+    for (const auto& e : fs::directory_iterator(dir / "killed.jsonl.ckpt"))
+      found = found || e.path().extension() == ".ckpt";
+    EXPECT_TRUE(found) << "no checkpoint left by the kill";
+  }
+  const auto o = twin_run(kCharLm + every, dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(file_records(dir / "killed.jsonl"), straight);
+  EXPECT_FALSE(fs::exists(dir / "killed.jsonl.ckpt"))
+      << "the checkpoints outlived their groups";
+  fs::remove_all(dir);
+}
+
+// Starts twin-run in the background, sends `signal` once `ready()` holds
+// (polled every 10 ms, for at most a minute), and returns the exit status.
+int signalled_run(const fs::path& dir, const std::string& args, int signal,
+                  const std::function<bool()>& ready) {
+  const std::string cmd = "cd '" + dir.string() + "' && exec '" +
+                          TWIN_RUN_PATH + "' " + args + " >out.txt 2>err.txt";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  for (int i = 0; i < 6000 && !ready(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ::kill(pid, signal);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(CheckpointBinary, SigtermAndSigintCheckpointAndSayWhere) {
+  const fs::path dir = fresh_dir("ckpt-signal");
+  const std::string run =
+      "--task charlm --dtype float64 --opt adam --steps 400 --depth 1 "
+      "--d-model 16 --heads 2 --ctx 16 --batch 4 --threads 1 "
+      "--checkpoint-every 1 ";
+  ASSERT_EQ(twin_run(run + "--quiet --out straight.jsonl", dir).code, 0);
+  const fs::path ckpt = dir / "sig.jsonl.ckpt";
+  const int term = signalled_run(dir, run + "--out sig.jsonl", SIGTERM, [&] {
+    std::error_code ec;
+    return fs::exists(ckpt, ec) && !fs::is_empty(ckpt, ec);
+  });
+  const std::string err = slurp(dir / "err.txt");
+  EXPECT_EQ(term, 75) << err;
+  EXPECT_NE(err.find("SIGTERM: group 'adam (init 42)' stopped at step "),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("rerun the same command to resume"), std::string::npos)
+      << err;
+  // Resumed, then interrupted from the terminal.
+  const int interrupted =
+      signalled_run(dir, run + "--out sig.jsonl", SIGINT, [&] {
+        return slurp(dir / "err.txt").find("resumed at step") !=
+               std::string::npos;
+      });
+  EXPECT_EQ(interrupted, 130) << slurp(dir / "err.txt");
+  const auto o = twin_run(run + "--out sig.jsonl", dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(file_records(dir / "sig.jsonl"),
+            file_records(dir / "straight.jsonl"));
+  EXPECT_FALSE(fs::exists(ckpt));
+  fs::remove_all(dir);
+}
+
+TEST(CheckpointBinary, BadCheckpointFlagsAreRefused) {
+  const fs::path dir = fresh_dir("ckpt-flags");
+  for (const char* bad : {"--checkpoint-minutes -1", "--checkpoint-minutes x",
+                          "--checkpoint-every 1.5", "--checkpoint-every -2"}) {
+    const auto o = twin_run(std::string("--steps 2 ") + bad, dir);
+    EXPECT_NE(o.code, 0) << bad;
+    EXPECT_EQ(testing_helpers::count_lines(o.err), 1) << o.err;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
