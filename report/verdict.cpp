@@ -162,9 +162,12 @@ Verdict measure(const Four& f) {
 
 // The rules of report/verdict.h, in order, on the measured figures.
 void classify(Verdict& v) {
-  if (v.identity_max != 0) {
+  // A NaN identity drift is an identity twin that diverged: a cause for
+  // "undetermined", not evidence of nondeterminism.
+  if (!std::isnan(v.identity_max) && v.identity_max != 0) {
     v.verdict = VerdictClass::kInvalid;
-  } else if (v.onset_step < 0 || std::isnan(v.onset_ratio)) {
+  } else if (std::isnan(v.identity_max) || v.onset_step < 0 ||
+             std::isnan(v.onset_ratio)) {
     v.verdict = VerdictClass::kUndetermined;
   } else if (v.early_ratio > kOnsetRatioThreshold) {
     v.verdict = VerdictClass::kBasisDependent;

@@ -458,3 +458,38 @@ TEST(Values, TheLargestSeedIsAccepted) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// Overflow is divergence, not nondeterminism: Lion at lr 1e30 keeps its
+// losses finite while its weights leave the float range (every QK drift
+// non-finite from step 1). Its pairs are recorded as diverged at step 1,
+// and the verdict is "undetermined (diverged)" naming each twin, for Lion
+// and for Adam (whose loss turns non-finite at step 3).
+TEST(Overflow, HugeLearningRatesAreDivergedNotNondeterministic) {
+  const fs::path dir = fresh_dir("overflow");
+  const Outcome o = twin_run(
+      "verdict --opt lion,adam --lr 1e30 --steps 3 --out v.jsonl --quiet", dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out.find("nondeterministic"), std::string::npos) << o.out;
+  for (const char* opt : {"lion", "adam"}) {
+    const size_t at = o.out.find(std::string(opt) + " ");
+    ASSERT_NE(at, std::string::npos) << o.out;
+    const std::string line = o.out.substr(at, o.out.find('\n', at) - at);
+    EXPECT_NE(line.find("undetermined (diverged)"), std::string::npos) << line;
+    EXPECT_NE(line.find("identity diverged at step"), std::string::npos)
+        << line;
+  }
+  std::ifstream in(dir / "v.jsonl");
+  int lion = 0;
+  for (std::string line; std::getline(in, line);) {
+    const json r = json::parse(line);
+    EXPECT_EQ(r["status"], "diverged") << r["key"];
+    if (r["opt"] == "lion") {
+      ++lion;
+      EXPECT_EQ(r["diverged_step"], 1) << r["key"];
+      EXPECT_EQ(r["curve"].size(), 1u) << "the curve ends before step 1";
+    }
+  }
+  EXPECT_EQ(lion, 4);
+  fs::remove_all(dir);
+}

@@ -608,7 +608,17 @@ class GroupRun {
     for (size_t i = 0; i < group_.twins(); ++i) {
       if (!group_.live(i))
         continue;
-      results_[i].curve.push_back(group_.measure(i, &ref));
+      const CurvePoint c = group_.measure(i, &ref);
+      if (overflowed(c)) {
+        // Finite losses from weights past the float range (a learning
+        // rate of 1e30): the pair has diverged as surely as with a
+        // non-finite loss (docs/output-format.md, `status`).
+        results_[i].status = PairStatus::kDiverged;
+        results_[i].diverged_step = group_.done();
+        finish(i, c);
+        continue;
+      }
+      results_[i].curve.push_back(c);
       if (merge) {
         results_[i].merges.push_back(measure_merge(
             group_.reference(), group_.twin(i), group_.task(), group_.done(),
@@ -616,6 +626,17 @@ class GroupRun {
       }
     }
     ++next_;
+  }
+
+  // A measurement no finite pair of models gives: the drifts and losses
+  // are finite for any weights whose norms fit the float range.
+  static bool overflowed(const CurvePoint& c) {
+    for (double v : {c.logit_drift, c.qk_drift_mean, c.qk_drift_max,
+                     c.val_loss[0], c.val_loss[1]}) {
+      if (!std::isfinite(v))
+        return true;
+    }
+    return false;
   }
 
   // The pair's final fields from `last` (its last checkpoint, or a fresh
