@@ -412,38 +412,69 @@ std::string outcome_line(const CommandOutcome& o) {
   }
 }
 
+TableCost table_cost(const Table& table, bool share) {
+  TableCost c;
+  c.pairs = table.pairs.size();
+  const auto groups = group_pairs(table.pairs, share);
+  c.tasks = groups.size();
+  for (const auto& g : groups)
+    c.most_models = std::max(c.most_models, static_cast<int>(g.size()) + 1);
+  for (const auto& g : groups) {
+    // Each group trains its copy 1 once: the cost is in distinct models.
+    const int k = static_cast<int>(g.size()) + 1;
+    const double s = estimate_seconds(g.front(), k);
+    c.models += k;
+    c.total_s += s;
+    c.longest_s = std::max(c.longest_s, s);
+    // At one thread per model the models of a group train side by side:
+    // the group takes about one model's time (the rates of sweep/estimate.h
+    // are one core's while the other cores train other models).
+    c.longest_at_most_s =
+        std::max(c.longest_at_most_s, estimate_seconds(g.front(), 1));
+    c.memory_at_most = std::max(
+        c.memory_at_most, estimate_memory(g.front()).total(k, c.most_models));
+  }
+  return c;
+}
+
 std::string table_list(const TableOverrides& overrides, bool share) {
   check_overrides(overrides);
   const int cores =
       std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
-  std::string out =
-      fmt::format("{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}\n", "table",
-                  "pairs", "models", "steps", "dtype", "est. --jobs 1",
-                  fmt::format("est. --jobs {}", cores));
+  std::string out = fmt::format(
+      "{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}  {:>5} {:>8} {:>3} "
+      "{:>9} {:>9}\n",
+      "table", "pairs", "models", "steps", "dtype", "est. --jobs 1",
+      fmt::format("est. --jobs {}", cores), "tasks", "longest", "M",
+      "at M", "mem at M");
   for (const auto& name : table_names()) {
     const Table t = make_table(name, overrides);
-    // Each group trains its copy 1 once: the cost is in distinct models.
-    double total = 0, longest = 0;
-    size_t models = 0;
-    for (const auto& g : group_pairs(t.pairs, share)) {
-      const int k = static_cast<int>(g.size()) + 1;
-      const double s = estimate_seconds(g.front(), k);
-      total += s;
-      longest = std::max(longest, s);
-      models += k;
-    }
+    const TableCost c = table_cost(t, share);
     const PairSpec& p = t.pairs.front();
-    out += fmt::format("{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}\n", name,
-                       t.pairs.size(), models, p.steps,
-                       twins::dtype_name(p.dtype), format_duration(total),
-                       format_duration(std::max(total / cores, longest)));
+    out += fmt::format(
+        "{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}  {:>5} {:>8} {:>3} "
+        "{:>9} {:>9}\n",
+        name, c.pairs, c.models, p.steps, twins::dtype_name(p.dtype),
+        format_duration(c.total_s),
+        format_duration(std::max(c.total_s / cores, c.longest_s)), c.tasks,
+        format_duration(c.longest_s), c.most_models,
+        format_duration(c.longest_at_most_s), format_bytes(c.memory_at_most));
   }
-  return out + fmt::format(
-                   "Estimates: the models' matrix-multiply FLOPs at this "
-                   "machine's measured one-thread rate (docs/performance.md), "
-                   "+-50 %; models counts each copy 1 once per group of pairs "
-                   "that share it{}; other load on the machine slows them.\n",
-                   share ? "" : " (here: once per pair, --no-share)");
+  return out +
+         fmt::format(
+             "Estimates: the models' matrix-multiply FLOPs at this machine's "
+             "measured one-thread rate (docs/performance.md), +-50 %; models "
+             "counts each copy 1 once per group of pairs that share it{}; "
+             "other load on the machine slows them.\n"
+             "tasks: the table's groups, the most array tasks it can use "
+             "(--shard I/N gives each task whole groups; beyond N = tasks a "
+             "shard is empty). longest: the longest task at N = tasks, its "
+             "group on one thread (--threads 1). M: the most models in a "
+             "group, the --threads at which each group trains all its models "
+             "at once, one CPU per model; at M: the longest task then, about "
+             "one model's time; mem at M: the memory estimate of the largest "
+             "group at --threads M (sweep/estimate.h).\n",
+             share ? "" : " (here: once per pair, --no-share)");
 }
 
 }  // namespace sweep

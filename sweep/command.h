@@ -82,9 +82,27 @@ CommandOutcome run_command(const CommandRequest& request);
 // pair(s) measured; records in m.jsonl"; empty for an aggregate.
 std::string outcome_line(const CommandOutcome& outcome);
 
+// What a table costs, from the estimates of sweep/estimate.h, group by
+// group (a group: the pairs that share copy 1 when `share`, else one pair).
+struct TableCost {
+  size_t pairs = 0;
+  size_t models = 0;      // distinct models: each group's twins + copy 1
+  size_t tasks = 0;       // groups: the most array tasks (shards) it can use
+  double total_s = 0;     // every group, one after the other, one thread
+  double longest_s = 0;   // the longest group on one thread (--threads 1)
+  int most_models = 0;    // the largest group's models: the --threads at
+                          // which every group trains all its models at once
+  double longest_at_most_s = 0;  // the longest group at --threads most_models
+  double memory_at_most = 0;     // bytes of the largest group's estimate at
+                                 // --threads most_models
+};
+TableCost table_cost(const Table& table, bool share);
+
 // `table --list`: every table with its pairs, distinct models (each copy 1
-// once per group when `share`), steps, dtype and estimated wall time at 1
-// and at this machine's cores jobs, and how the estimate is made.
+// once per group when `share`), steps, dtype, estimated wall time at 1
+// and at this machine's cores jobs, the array tasks it can use and its
+// longest task at one thread and at one thread per model, with the
+// memory that takes, and what the columns mean.
 std::string table_list(const TableOverrides& overrides, bool share);
 
 }  // namespace sweep

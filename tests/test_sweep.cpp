@@ -18,12 +18,14 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "binary_helpers.h"
 #include "report/aggregate.h"
 #include "report/plot.h"
+#include "sweep/command.h"
 #include "sweep/engine.h"
 #include "sweep/estimate.h"
 #include "sweep/plan.h"
@@ -879,6 +881,101 @@ TEST(TableCommand, ListShowsEveryTableWithPairsStepsAndAnEstimate) {
   EXPECT_NE(o.out.find(" min"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir / "runs"));
   fs::remove_all(dir);
+}
+
+// The blank-separated words of `text`.
+std::vector<std::string> words(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) {
+    out.push_back(w);
+  }
+  return out;
+}
+
+// The line of `listing` that starts with table `name`.
+std::string list_line(const std::string& listing, const std::string& name) {
+  std::istringstream in(listing);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + " ", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+// Each row of `table --list`, recomputed here from the job list, its groups
+// and sweep/estimate.h alone: the tasks are the groups, the longest task is
+// the largest of the groups' estimates, on one thread and on one thread per
+// model.
+TEST(TableCommand, ListSaysTasksAndTheLongestTaskOfEveryTable) {
+  const int cores =
+      std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  for (bool share : {true, false}) {
+    const std::string listing = sweep::table_list({}, share);
+    for (const auto& name : sweep::table_names()) {
+      const sweep::Table t = sweep::make_table(name);
+      const auto groups = sweep::group_pairs(t.pairs, share);
+      int most = 0;
+      for (const auto& g : groups) {
+        most = std::max(most, static_cast<int>(g.size()) + 1);
+      }
+      double total = 0, longest = 0, longest_at_most = 0, memory = 0;
+      size_t models = 0;
+      for (const auto& g : groups) {
+        const int k = static_cast<int>(g.size()) + 1;
+        const double s = sweep::estimate_seconds(g.front(), k);
+        total += s;
+        longest = std::max(longest, s);
+        longest_at_most =
+            std::max(longest_at_most, sweep::estimate_seconds(g.front(), 1));
+        memory = std::max(memory,
+                          sweep::estimate_memory(g.front()).total(k, most));
+        models += k;
+      }
+      // Shared, each group adds its copy 1 to its pairs; unshared, each pair
+      // is a group.
+      EXPECT_EQ(groups.size(), share ? models - t.pairs.size() : t.pairs.size())
+          << name;
+      // As many tasks as groups is the most --shard allows: shard N/N is
+      // not empty at N = groups, and is at N = groups + 1.
+      const int n = static_cast<int>(groups.size());
+      EXPECT_FALSE(sweep::shard_of(t.pairs, {n, n}, share).empty()) << name;
+      EXPECT_TRUE(sweep::shard_of(t.pairs, {n + 1, n + 1}, share).empty())
+          << name;
+      const sweep::TableCost c = sweep::table_cost(t, share);
+      EXPECT_EQ(c.tasks, groups.size()) << name;
+      EXPECT_EQ(c.models, models) << name;
+      EXPECT_EQ(c.most_models, most) << name;
+      EXPECT_EQ(c.longest_s, longest) << name;
+      EXPECT_EQ(c.longest_at_most_s, longest_at_most) << name;
+      EXPECT_EQ(c.memory_at_most, memory) << name;
+      // Not vacuous: a group of several models takes longer on one thread.
+      EXPECT_GT(longest, longest_at_most) << name;
+      const twins::PairSpec& p = t.pairs.front();
+      const std::string want = fmt::format(
+          "{} {} {} {} {} {} {} {} {} {} {} {}", name, t.pairs.size(), models,
+          p.steps, twins::dtype_name(p.dtype), sweep::format_duration(total),
+          sweep::format_duration(std::max(total / cores, longest)),
+          groups.size(), sweep::format_duration(longest), most,
+          sweep::format_duration(longest_at_most), sweep::format_bytes(memory));
+      EXPECT_EQ(words(list_line(listing, name)), words(want))
+          << (share ? "" : "--no-share ") << name << "\n"
+          << listing;
+    }
+  }
+  // docs/performance.md: each table9 set is 18 pairs, 23 distinct models,
+  // so 5 groups; the char-LM row's largest group (Adam, init 42) trains a
+  // reference and six twins.
+  for (const char* name : {"table9-mod47", "table9-mod97-4L", "table9-mod97-6L",
+                           "table9-charlm"}) {
+    const sweep::TableCost c =
+        sweep::table_cost(sweep::make_table(name), true);
+    EXPECT_EQ(c.pairs, 18u) << name;
+    EXPECT_EQ(c.models, 23u) << name;
+    EXPECT_EQ(c.tasks, 5u) << name;
+    EXPECT_EQ(c.most_models, 7) << name;
+  }
 }
 
 struct BadInput {
