@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <filesystem>
 #include <map>
@@ -133,6 +134,33 @@ void check_applies(const PlanRequest& plan, CommandKind kind) {
               "the seven Table-3 pairs need neither flag");
 }
 
+// The CPUs SLURM gave this task: SLURM_CPUS_PER_TASK, which it sets when
+// the job asks for --cpus-per-task; 0 when unset. Anything else than a
+// positive whole number is refused: the defaults it sets would be guesses.
+int slurm_cpus() {
+  const char* value = std::getenv("SLURM_CPUS_PER_TASK");
+  if (!value)
+    return 0;
+  const std::string text = value;
+  const bool digits = !text.empty() && text.size() <= 9 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  const long cpus = digits ? std::strtol(value, nullptr, 10) : 0;
+  TORCH_CHECK(cpus >= 1, "SLURM_CPUS_PER_TASK='", text,
+              "' is not a positive whole number (the CPUs of this SLURM "
+              "task, from which --jobs / --threads default when not given)");
+  return static_cast<int>(cpus);
+}
+
+// Sets --jobs / --threads of the job list `p.pairs` (resolve_parallelism)
+// on p.engine, before the memory check reads them.
+Parallelism set_parallelism(const CommandRequest& r, Prepared* p) {
+  const Parallelism par = resolve_parallelism(
+      r, group_pairs(p->pairs, p->engine.share).size());
+  p->engine.jobs = par.jobs;
+  p->engine.threads = par.threads;
+  return par;
+}
+
 // ---------------------------------------------------------------------------
 // Resolve: one function per kind
 
@@ -148,6 +176,9 @@ Prepared resolve_plan(const CommandRequest& r) {
                                             : expand(plan);
   check_applies(plan, r.kind);  // after expand: it names unknown values
   twins::resolve_device(plan.device);
+  const Parallelism parallel = set_parallelism(r, &p);
+  if (parallel.from_slurm)
+    p.lines.push_back(fmt::format("{} pairs, {}", p.pairs.size(), parallel.said));
   check_pairs(p.pairs, p.engine);
   const char* prefix = r.kind == CommandKind::kVerdict ? "verdict-"
                        : r.kind == CommandKind::kMerge ? "merge-"
@@ -176,6 +207,7 @@ void check_overrides(const TableOverrides& o) {
 // from the paper's configuration.
 std::vector<std::string> table_banner(const Table& table, size_t pairs,
                                       const Shard* shard,
+                                      const Parallelism& parallel,
                                       const EngineOptions& e) {
   std::string what = fmt::format("{}: {} pairs", table.name, pairs);
   if (shard) {
@@ -183,7 +215,7 @@ std::vector<std::string> table_banner(const Table& table, size_t pairs,
                         table.pairs.size());
   }
   std::vector<std::string> lines = {fmt::format(
-      "{}, --jobs {}; results in {}", what, e.jobs, e.results_path)};
+      "{}, {}; results in {}", what, parallel.said, e.results_path)};
   if (!table.deviations.empty()) {
     lines.push_back(fmt::format("NOT the paper's configuration: {}",
                                 fmt::join(table.deviations, ", ")));
@@ -212,6 +244,7 @@ Prepared resolve_table(const CommandRequest& r) {
                 " of ", shard.count, " would be empty; use at most ", groups,
                 " shards");
   }
+  const Parallelism parallel = set_parallelism(r, &p);
   check_pairs(p.pairs, p.engine);
   std::string name = config_name(table.name, r.overrides);
   if (sharded)
@@ -220,7 +253,7 @@ Prepared resolve_table(const CommandRequest& r) {
                               ? r.engine.results_path
                               : (fs::path("runs") / (name + ".jsonl")).string();
   p.lines = table_banner(table, p.pairs.size(), sharded ? &shard : nullptr,
-                         p.engine);
+                         parallel, p.engine);
   // This job list's records are aggregated (the file may hold other pairs).
   Table job_list = table;
   job_list.pairs = p.pairs;
@@ -261,6 +294,7 @@ Prepared resolve_saved(const CommandRequest& r) {
   twins::bind_corpus(bound);  // throws when a corpus changed since
   p.engine = r.engine;
   p.engine.quiet = true;  // nothing trains: no progress to show
+  set_parallelism(r, &p);
   p.engine.results_path = results_path(r, "merge-models");
   p.runner = [saved](const std::vector<PairSpec>& group,
                      const twins::GroupOptions& go) {
@@ -378,6 +412,36 @@ std::vector<twins::PairResult> CommandOutcome::results() const {
 
 int default_threads(CommandKind kind) {
   return kind == CommandKind::kTable ? 1 : 2;
+}
+
+Parallelism resolve_parallelism(const CommandRequest& r, size_t groups) {
+  Parallelism p;
+  p.jobs = r.engine.jobs;
+  p.threads = r.engine.threads;
+  // Both given: the environment is not read (nor judged).
+  const int cpus = r.jobs_given && r.threads_given ? 0 : slurm_cpus();
+  std::string jobs_why, threads_why;
+  if (cpus > 0 && !r.jobs_given) {
+    // Never more groups at once than there are, nor more threads in all
+    // than CPUs.
+    const int per_job = r.threads_given ? std::max(1, r.engine.threads) : 1;
+    const size_t most = static_cast<size_t>(std::max(1, cpus / per_job));
+    p.jobs = static_cast<int>(std::max<size_t>(1, std::min(groups, most)));
+    jobs_why = r.threads_given
+                   ? fmt::format(" = min({} group(s), {} CPUs / --threads {})",
+                                 groups, cpus, per_job)
+                   : fmt::format(" = min({} group(s), {} CPUs)", groups, cpus);
+  }
+  if (cpus > 0 && !r.threads_given) {
+    p.threads = std::max(1, cpus / p.jobs);
+    threads_why = fmt::format(" = {} CPUs / {} job(s)", cpus, p.jobs);
+  }
+  p.from_slurm = !jobs_why.empty() || !threads_why.empty();
+  p.said = fmt::format("--jobs {}{}, --threads {}{}", p.jobs, jobs_why,
+                       p.threads, threads_why);
+  if (p.from_slurm)
+    p.said += fmt::format(" (SLURM_CPUS_PER_TASK={})", cpus);
+  return p;
 }
 
 CommandOutcome run_command(const CommandRequest& request) {

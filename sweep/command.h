@@ -48,6 +48,12 @@ struct CommandRequest {
   // threads: the command's default is default_threads(kind); table and log
   // are the command's own.
   EngineOptions engine;
+  // Whether engine.jobs / engine.threads were asked for (--jobs, --threads).
+  // One that was not is derived from the CPUs of a SLURM task when the
+  // process runs as one (resolve_parallelism); a request built in code
+  // keeps the values it sets.
+  bool jobs_given = true;
+  bool threads_given = true;
   // aggregate: the layout name of records that name no table (the report
   // layer's report::infer_layout).
   std::function<std::string(const std::vector<twins::PairResult>&)> layout_of;
@@ -71,6 +77,24 @@ struct CommandOutcome {
 // table's groups are many, one thread each; a list of pairs puts the
 // copies of a pair side by side.
 int default_threads(CommandKind kind);
+
+// --jobs and --threads of a command whose job list forms `groups` groups
+// of pairs (its shard's, for a table shard), and the words that say where
+// they came from. Given values stay. Under SLURM (SLURM_CPUS_PER_TASK =
+// C, the CPUs of this task) a value not given fills the task: jobs =
+// min(groups, C / threads given, or C), threads = max(1, C / jobs), so a
+// shard of one group trains all its models at once on C threads. Outside
+// SLURM the request's values stay. Records do not depend on either value.
+// Throws a one-line error naming SLURM_CPUS_PER_TASK when it is set to
+// anything but a positive whole number and a value is to be derived.
+struct Parallelism {
+  int jobs = 1;
+  int threads = 1;
+  bool from_slurm = false;  // a value came from SLURM_CPUS_PER_TASK
+  // "--jobs 1, --threads 8 = 8 CPUs / 1 job (SLURM_CPUS_PER_TASK=8)"
+  std::string said;
+};
+Parallelism resolve_parallelism(const CommandRequest& request, size_t groups);
 
 // Validates, resolves and runs `request` (see the top of this file).
 // Throws a one-line error, before any file is created, for anything the

@@ -978,6 +978,174 @@ TEST(TableCommand, ListSaysTasksAndTheLongestTaskOfEveryTable) {
   }
 }
 
+// Sets an environment variable for a scope, then puts back what was there.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const char* name) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    old_ = had_ ? old : "";
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      ::setenv(name_, old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  void set(const std::string& value) { ::setenv(name_, value.c_str(), 1); }
+  void unset() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+sweep::Parallelism parallelism(int jobs, bool jobs_given, int threads,
+                               bool threads_given, size_t groups) {
+  sweep::CommandRequest r(sweep::CommandKind::kTable);
+  r.engine.jobs = jobs;
+  r.engine.threads = threads;
+  r.jobs_given = jobs_given;
+  r.threads_given = threads_given;
+  return sweep::resolve_parallelism(r, groups);
+}
+
+TEST(Parallelism, SlurmCpusFillTheTaskWhenJobsAndThreadsAreNotGiven) {
+  ScopedEnv env("SLURM_CPUS_PER_TASK");
+  env.unset();
+  auto p = parallelism(1, false, 1, false, 5);
+  EXPECT_EQ(p.jobs, 1);
+  EXPECT_EQ(p.threads, 1);
+  EXPECT_FALSE(p.from_slurm);
+
+  env.set("8");
+  struct Case {
+    int jobs;
+    bool jobs_given;
+    int threads;
+    bool threads_given;
+    size_t groups;
+    int want_jobs, want_threads;
+  };
+  const Case cases[] = {
+      {1, false, 1, false, 1, 1, 8},   // a shard of one group: all 8 threads
+      {1, false, 1, false, 5, 5, 1},   // five groups side by side
+      {1, false, 1, false, 3, 3, 2},   // 3 x 2 of the 8 CPUs
+      {1, false, 1, false, 20, 8, 1},  // more groups than CPUs
+      {2, true, 1, false, 5, 2, 4},    // --jobs 2: threads fill the rest
+      {1, false, 4, true, 5, 2, 4},    // --threads 4: two groups fit
+      {1, false, 16, true, 5, 1, 16},  // --threads beyond the CPUs
+      {3, true, 5, true, 1, 3, 5},     // both given: as given
+  };
+  for (const auto& c : cases) {
+    p = parallelism(c.jobs, c.jobs_given, c.threads, c.threads_given, c.groups);
+    const std::string what =
+        fmt::format("jobs {}{} threads {}{} groups {}", c.jobs,
+                    c.jobs_given ? " given" : "", c.threads,
+                    c.threads_given ? " given" : "", c.groups);
+    EXPECT_EQ(p.jobs, c.want_jobs) << what;
+    EXPECT_EQ(p.threads, c.want_threads) << what;
+    EXPECT_EQ(p.from_slurm, !(c.jobs_given && c.threads_given)) << what;
+    EXPECT_EQ(p.said.find("SLURM_CPUS_PER_TASK=8") != std::string::npos,
+              p.from_slurm)
+        << what << ": " << p.said;
+  }
+
+  for (const std::string bad : {"", "0", "-2", "8x", " 8", "2.5", "two",
+                                "99999999999"}) {
+    env.set(bad);
+    try {
+      parallelism(1, false, 1, false, 5);
+      ADD_FAILURE() << "SLURM_CPUS_PER_TASK='" << bad << "' was accepted";
+    } catch (const c10::Error& e) {
+      const std::string m = e.what_without_backtrace();
+      EXPECT_NE(m.find("SLURM_CPUS_PER_TASK='" + bad + "'"), std::string::npos)
+          << m;
+      EXPECT_EQ(count_lines(m.substr(0, m.find_last_not_of('\n') + 1)), 0)
+          << m;
+    }
+    // Both given: the variable is not used, so not judged either.
+    p = parallelism(2, true, 3, true, 5);
+    EXPECT_EQ(p.jobs, 2);
+    EXPECT_EQ(p.threads, 3);
+  }
+}
+
+// The key -> record (without the timing fields) of a results file.
+std::map<std::string, json> records_by_key(const fs::path& path) {
+  std::map<std::string, json> out;
+  for (const auto& r : sweep::read_results(path.string()).records) {
+    out.emplace(r.key, twins::without_timing(r.json));
+  }
+  return out;
+}
+
+// Through the binary: SLURM_CPUS_PER_TASK sets --jobs and --threads as the
+// banner says, and the records are the same, number for number, as
+// without it; a malformed value is one line and writes nothing.
+TEST(TableCommand, SlurmCpusChangeTheSchedulingNotTheRecords) {
+  const fs::path dir = fresh_dir("slurm-cpus");
+  const std::string table = "table table3 --steps 3 ";
+  const Outcome plain = twin_run(table + "--out plain.jsonl", dir,
+                                 "env -u SLURM_CPUS_PER_TASK ");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("--jobs 1, --threads 1;"), std::string::npos)
+      << plain.err;
+  const auto want = records_by_key(dir / "plain.jsonl");
+  ASSERT_EQ(want.size(), 7u);
+  sweep::TableOverrides o3;
+  o3.steps = 3;
+
+  struct Run {
+    std::string env, args, file;
+    int jobs, threads;
+  };
+  const Run runs[] = {
+      // table3's seven pairs form four groups.
+      {"SLURM_CPUS_PER_TASK=2 ", "", "whole.jsonl", 2, 1},
+      {"SLURM_CPUS_PER_TASK=16 ", "", "wide.jsonl", 4, 4},
+      // Shard 1 of 4 holds one group: all the CPUs train its models.
+      {"SLURM_CPUS_PER_TASK=2 ", "--shard 1/4 ", "shard.jsonl", 1, 2},
+      {"SLURM_CPUS_PER_TASK=3 ", "--jobs 1 ", "jobs1.jsonl", 1, 3},
+  };
+  for (const auto& r : runs) {
+    const Outcome o =
+        twin_run(table + r.args + "--out " + r.file, dir, r.env);
+    ASSERT_EQ(o.code, 0) << r.env << r.args << o.err;
+    EXPECT_NE(o.err.find(fmt::format("--jobs {}", r.jobs)), std::string::npos)
+        << r.env << r.args << o.err;
+    EXPECT_NE(o.err.find(fmt::format("--threads {}", r.threads)),
+              std::string::npos)
+        << r.env << r.args << o.err;
+    EXPECT_NE(o.err.find(r.env.substr(0, r.env.size() - 1) + ")"),
+              std::string::npos)
+        << o.err;
+    const auto have = records_by_key(dir / r.file);
+    const size_t pairs =
+        r.args.find("--shard") == 0
+            ? sweep::shard_of(sweep::make_table("table3", o3).pairs, {1, 4})
+                  .size()
+            : 7u;
+    EXPECT_EQ(have.size(), pairs) << r.file;
+    for (const auto& [key, record] : have) {
+      ASSERT_TRUE(want.count(key)) << r.file << ": " << key;
+      EXPECT_EQ(record, want.at(key)) << r.file << ": " << key;
+    }
+  }
+
+  const Outcome bad =
+      twin_run(table + "--out bad.jsonl", dir, "SLURM_CPUS_PER_TASK=two ");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_EQ(count_lines(bad.err), 1) << bad.err;
+  EXPECT_NE(bad.err.find("SLURM_CPUS_PER_TASK='two'"), std::string::npos)
+      << bad.err;
+  EXPECT_FALSE(fs::exists(dir / "bad.jsonl"));
+  EXPECT_FALSE(fs::exists(dir / "runs"));
+  fs::remove_all(dir);
+}
+
 struct BadInput {
   std::string args;
   std::string must_mention;
