@@ -201,17 +201,24 @@ void add_engine_flags(CLI::App& app, sweep::CommandRequest& r,
                      "; rerunning with the same file resumes it (pairs "
                      "already recorded are skipped). Missing directories "
                      "are created");
+  // Not given, either comes from the CPUs of a SLURM task
+  // (sweep::resolve_parallelism).
+  r.jobs_given = r.threads_given = false;
   app.add_option("--jobs", e.jobs,
                  "Groups of pairs run at once in this process (a group: the "
-                 "pairs that share copy 1)")
+                 "pairs that share copy 1) [in a SLURM task, default: "
+                 "min(groups, SLURM_CPUS_PER_TASK)]")
       ->capture_default_str()
-      ->check(whole_number(1, 1024));
+      ->check(whole_number(1, 1024))
+      ->each([&r](const std::string&) { r.jobs_given = true; });
   e.threads = sweep::default_threads(r.kind);
   app.add_option("--threads", e.threads,
                  "Models of a group trained at once, each on one thread; "
-                 "records are bitwise the same for any value")
+                 "records are bitwise the same for any value [in a SLURM "
+                 "task, default: SLURM_CPUS_PER_TASK / jobs]")
       ->capture_default_str()
-      ->check(whole_number(1, 1024));
+      ->check(whole_number(1, 1024))
+      ->each([&r](const std::string&) { r.threads_given = true; });
   app.add_flag_callback(
       "--no-share", [&e] { e.share = false; },
       "Train copy 1 once per pair instead of once per group of pairs that "

@@ -20,8 +20,10 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& f) {
                   "Table: " + fmt::format("{}", fmt::join(sweep::table_names(),
                                                           ", ")));
   cmd->add_flag("--list", f.list,
-                "Print every table with its pair and model counts, steps and "
-                "estimated wall time on this machine, then exit");
+                "Print every table with its pair and model counts, steps, "
+                "estimated wall time on this machine, the array tasks it can "
+                "use (its groups) and how long its longest task takes, then "
+                "exit");
   cmd->add_option("--aggregate", r.inputs,
                   "Aggregate these results files (e.g. merged shards) "
                   "without running anything; the table comes from the "

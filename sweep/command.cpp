@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <filesystem>
 #include <map>
@@ -133,6 +134,33 @@ void check_applies(const PlanRequest& plan, CommandKind kind) {
               "the seven Table-3 pairs need neither flag");
 }
 
+// The CPUs SLURM gave this task: SLURM_CPUS_PER_TASK, which it sets when
+// the job asks for --cpus-per-task; 0 when unset. Anything else than a
+// positive whole number is refused: the defaults it sets would be guesses.
+int slurm_cpus() {
+  const char* value = std::getenv("SLURM_CPUS_PER_TASK");
+  if (!value)
+    return 0;
+  const std::string text = value;
+  const bool digits = !text.empty() && text.size() <= 9 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  const long cpus = digits ? std::strtol(value, nullptr, 10) : 0;
+  TORCH_CHECK(cpus >= 1, "SLURM_CPUS_PER_TASK='", text,
+              "' is not a positive whole number (the CPUs of this SLURM "
+              "task, from which --jobs / --threads default when not given)");
+  return static_cast<int>(cpus);
+}
+
+// Sets --jobs / --threads of the job list `p.pairs` (resolve_parallelism)
+// on p.engine, before the memory check reads them.
+Parallelism set_parallelism(const CommandRequest& r, Prepared* p) {
+  const Parallelism par = resolve_parallelism(
+      r, group_pairs(p->pairs, p->engine.share).size());
+  p->engine.jobs = par.jobs;
+  p->engine.threads = par.threads;
+  return par;
+}
+
 // ---------------------------------------------------------------------------
 // Resolve: one function per kind
 
@@ -148,6 +176,9 @@ Prepared resolve_plan(const CommandRequest& r) {
                                             : expand(plan);
   check_applies(plan, r.kind);  // after expand: it names unknown values
   twins::resolve_device(plan.device);
+  const Parallelism parallel = set_parallelism(r, &p);
+  if (parallel.from_slurm)
+    p.lines.push_back(fmt::format("{} pairs, {}", p.pairs.size(), parallel.said));
   check_pairs(p.pairs, p.engine);
   const char* prefix = r.kind == CommandKind::kVerdict ? "verdict-"
                        : r.kind == CommandKind::kMerge ? "merge-"
@@ -176,6 +207,7 @@ void check_overrides(const TableOverrides& o) {
 // from the paper's configuration.
 std::vector<std::string> table_banner(const Table& table, size_t pairs,
                                       const Shard* shard,
+                                      const Parallelism& parallel,
                                       const EngineOptions& e) {
   std::string what = fmt::format("{}: {} pairs", table.name, pairs);
   if (shard) {
@@ -183,7 +215,7 @@ std::vector<std::string> table_banner(const Table& table, size_t pairs,
                         table.pairs.size());
   }
   std::vector<std::string> lines = {fmt::format(
-      "{}, --jobs {}; results in {}", what, e.jobs, e.results_path)};
+      "{}, {}; results in {}", what, parallel.said, e.results_path)};
   if (!table.deviations.empty()) {
     lines.push_back(fmt::format("NOT the paper's configuration: {}",
                                 fmt::join(table.deviations, ", ")));
@@ -212,6 +244,7 @@ Prepared resolve_table(const CommandRequest& r) {
                 " of ", shard.count, " would be empty; use at most ", groups,
                 " shards");
   }
+  const Parallelism parallel = set_parallelism(r, &p);
   check_pairs(p.pairs, p.engine);
   std::string name = config_name(table.name, r.overrides);
   if (sharded)
@@ -220,7 +253,7 @@ Prepared resolve_table(const CommandRequest& r) {
                               ? r.engine.results_path
                               : (fs::path("runs") / (name + ".jsonl")).string();
   p.lines = table_banner(table, p.pairs.size(), sharded ? &shard : nullptr,
-                         p.engine);
+                         parallel, p.engine);
   // This job list's records are aggregated (the file may hold other pairs).
   Table job_list = table;
   job_list.pairs = p.pairs;
@@ -261,6 +294,7 @@ Prepared resolve_saved(const CommandRequest& r) {
   twins::bind_corpus(bound);  // throws when a corpus changed since
   p.engine = r.engine;
   p.engine.quiet = true;  // nothing trains: no progress to show
+  set_parallelism(r, &p);
   p.engine.results_path = results_path(r, "merge-models");
   p.runner = [saved](const std::vector<PairSpec>& group,
                      const twins::GroupOptions& go) {
@@ -380,6 +414,36 @@ int default_threads(CommandKind kind) {
   return kind == CommandKind::kTable ? 1 : 2;
 }
 
+Parallelism resolve_parallelism(const CommandRequest& r, size_t groups) {
+  Parallelism p;
+  p.jobs = r.engine.jobs;
+  p.threads = r.engine.threads;
+  // Both given: the environment is not read (nor judged).
+  const int cpus = r.jobs_given && r.threads_given ? 0 : slurm_cpus();
+  std::string jobs_why, threads_why;
+  if (cpus > 0 && !r.jobs_given) {
+    // Never more groups at once than there are, nor more threads in all
+    // than CPUs.
+    const int per_job = r.threads_given ? std::max(1, r.engine.threads) : 1;
+    const size_t most = static_cast<size_t>(std::max(1, cpus / per_job));
+    p.jobs = static_cast<int>(std::max<size_t>(1, std::min(groups, most)));
+    jobs_why = r.threads_given
+                   ? fmt::format(" = min({} group(s), {} CPUs / --threads {})",
+                                 groups, cpus, per_job)
+                   : fmt::format(" = min({} group(s), {} CPUs)", groups, cpus);
+  }
+  if (cpus > 0 && !r.threads_given) {
+    p.threads = std::max(1, cpus / p.jobs);
+    threads_why = fmt::format(" = {} CPUs / {} job(s)", cpus, p.jobs);
+  }
+  p.from_slurm = !jobs_why.empty() || !threads_why.empty();
+  p.said = fmt::format("--jobs {}{}, --threads {}{}", p.jobs, jobs_why,
+                       p.threads, threads_why);
+  if (p.from_slurm)
+    p.said += fmt::format(" (SLURM_CPUS_PER_TASK={})", cpus);
+  return p;
+}
+
 CommandOutcome run_command(const CommandRequest& request) {
   if (request.kind == CommandKind::kAggregate)
     return resolve_aggregate(request);
@@ -412,38 +476,74 @@ std::string outcome_line(const CommandOutcome& o) {
   }
 }
 
+TableCost table_cost(const Table& table, bool share) {
+  // The larger, where an unknown estimate (NaN: a CUDA device) makes the
+  // answer unknown.
+  auto most = [](double a, double b) {
+    return std::isnan(b) ? b : std::max(a, b);
+  };
+  TableCost c;
+  c.pairs = table.pairs.size();
+  const auto groups = group_pairs(table.pairs, share);
+  c.tasks = groups.size();
+  for (const auto& g : groups)
+    c.most_models = std::max(c.most_models, static_cast<int>(g.size()) + 1);
+  for (const auto& g : groups) {
+    // Each group trains its copy 1 once: the cost is in distinct models.
+    const int k = static_cast<int>(g.size()) + 1;
+    const double s = estimate_seconds(g.front(), k);
+    c.models += k;
+    c.total_s += s;
+    c.longest_s = most(c.longest_s, s);
+    // At one thread per model the models of a group train side by side:
+    // the group takes about one model's time (the rates of sweep/estimate.h
+    // are one core's while the other cores train other models).
+    c.longest_at_most_s =
+        most(c.longest_at_most_s, estimate_seconds(g.front(), 1));
+    c.memory_at_most = std::max(
+        c.memory_at_most, estimate_memory(g.front()).total(k, c.most_models));
+  }
+  return c;
+}
+
 std::string table_list(const TableOverrides& overrides, bool share) {
   check_overrides(overrides);
   const int cores =
       std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
-  std::string out =
-      fmt::format("{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}\n", "table",
-                  "pairs", "models", "steps", "dtype", "est. --jobs 1",
-                  fmt::format("est. --jobs {}", cores));
+  std::string out = fmt::format(
+      "{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}  {:>5} {:>8} {:>3} "
+      "{:>9} {:>9}\n",
+      "table", "pairs", "models", "steps", "dtype", "est. --jobs 1",
+      fmt::format("est. --jobs {}", cores), "tasks", "longest", "M",
+      "at M", "mem at M");
   for (const auto& name : table_names()) {
     const Table t = make_table(name, overrides);
-    // Each group trains its copy 1 once: the cost is in distinct models.
-    double total = 0, longest = 0;
-    size_t models = 0;
-    for (const auto& g : group_pairs(t.pairs, share)) {
-      const int k = static_cast<int>(g.size()) + 1;
-      const double s = estimate_seconds(g.front(), k);
-      total += s;
-      longest = std::max(longest, s);
-      models += k;
-    }
+    const TableCost c = table_cost(t, share);
     const PairSpec& p = t.pairs.front();
-    out += fmt::format("{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}\n", name,
-                       t.pairs.size(), models, p.steps,
-                       twins::dtype_name(p.dtype), format_duration(total),
-                       format_duration(std::max(total / cores, longest)));
+    out += fmt::format(
+        "{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}  {:>5} {:>8} {:>3} "
+        "{:>9} {:>9}\n",
+        name, c.pairs, c.models, p.steps, twins::dtype_name(p.dtype),
+        format_duration(c.total_s),
+        format_duration(std::max(c.total_s / cores, c.longest_s)), c.tasks,
+        format_duration(c.longest_s), c.most_models,
+        format_duration(c.longest_at_most_s), format_bytes(c.memory_at_most));
   }
-  return out + fmt::format(
-                   "Estimates: the models' matrix-multiply FLOPs at this "
-                   "machine's measured one-thread rate (docs/performance.md), "
-                   "+-50 %; models counts each copy 1 once per group of pairs "
-                   "that share it{}; other load on the machine slows them.\n",
-                   share ? "" : " (here: once per pair, --no-share)");
+  return out +
+         fmt::format(
+             "Estimates: the models' matrix-multiply FLOPs at this machine's "
+             "measured one-thread rate (docs/performance.md), +-50 %; models "
+             "counts each copy 1 once per group of pairs that share it{}; "
+             "other load on the machine slows them.\n"
+             "tasks: the table's groups, the most array tasks it can use "
+             "(--shard I/N gives each task whole groups; beyond N = tasks a "
+             "shard is empty). longest: the longest task at N = tasks, its "
+             "group on one thread (--threads 1). M: the most models in a "
+             "group, the --threads at which each group trains all its models "
+             "at once, one CPU per model; at M: the longest task then, about "
+             "one model's time; mem at M: the memory estimate of the largest "
+             "group at --threads M (sweep/estimate.h).\n",
+             share ? "" : " (here: once per pair, --no-share)");
 }
 
 }  // namespace sweep

@@ -48,6 +48,12 @@ struct CommandRequest {
   // threads: the command's default is default_threads(kind); table and log
   // are the command's own.
   EngineOptions engine;
+  // Whether engine.jobs / engine.threads were asked for (--jobs, --threads).
+  // One that was not is derived from the CPUs of a SLURM task when the
+  // process runs as one (resolve_parallelism); a request built in code
+  // keeps the values it sets.
+  bool jobs_given = true;
+  bool threads_given = true;
   // aggregate: the layout name of records that name no table (the report
   // layer's report::infer_layout).
   std::function<std::string(const std::vector<twins::PairResult>&)> layout_of;
@@ -72,6 +78,24 @@ struct CommandOutcome {
 // copies of a pair side by side.
 int default_threads(CommandKind kind);
 
+// --jobs and --threads of a command whose job list forms `groups` groups
+// of pairs (its shard's, for a table shard), and the words that say where
+// they came from. Given values stay. Under SLURM (SLURM_CPUS_PER_TASK =
+// C, the CPUs of this task) a value not given fills the task: jobs =
+// min(groups, C / threads given, or C), threads = max(1, C / jobs), so a
+// shard of one group trains all its models at once on C threads. Outside
+// SLURM the request's values stay. Records do not depend on either value.
+// Throws a one-line error naming SLURM_CPUS_PER_TASK when it is set to
+// anything but a positive whole number and a value is to be derived.
+struct Parallelism {
+  int jobs = 1;
+  int threads = 1;
+  bool from_slurm = false;  // a value came from SLURM_CPUS_PER_TASK
+  // "--jobs 1, --threads 8 = 8 CPUs / 1 job (SLURM_CPUS_PER_TASK=8)"
+  std::string said;
+};
+Parallelism resolve_parallelism(const CommandRequest& request, size_t groups);
+
 // Validates, resolves and runs `request` (see the top of this file).
 // Throws a one-line error, before any file is created, for anything the
 // request gets wrong; see run_sweep for errors while running.
@@ -82,9 +106,27 @@ CommandOutcome run_command(const CommandRequest& request);
 // pair(s) measured; records in m.jsonl"; empty for an aggregate.
 std::string outcome_line(const CommandOutcome& outcome);
 
+// What a table costs, from the estimates of sweep/estimate.h, group by
+// group (a group: the pairs that share copy 1 when `share`, else one pair).
+struct TableCost {
+  size_t pairs = 0;
+  size_t models = 0;      // distinct models: each group's twins + copy 1
+  size_t tasks = 0;       // groups: the most array tasks (shards) it can use
+  double total_s = 0;     // every group, one after the other, one thread
+  double longest_s = 0;   // the longest group on one thread (--threads 1)
+  int most_models = 0;    // the largest group's models: the --threads at
+                          // which every group trains all its models at once
+  double longest_at_most_s = 0;  // the longest group at --threads most_models
+  double memory_at_most = 0;     // bytes of the largest group's estimate at
+                                 // --threads most_models
+};
+TableCost table_cost(const Table& table, bool share);
+
 // `table --list`: every table with its pairs, distinct models (each copy 1
-// once per group when `share`), steps, dtype and estimated wall time at 1
-// and at this machine's cores jobs, and how the estimate is made.
+// once per group when `share`), steps, dtype, estimated wall time at 1
+// and at this machine's cores jobs, the array tasks it can use and its
+// longest task at one thread and at one thread per model, with the
+// memory that takes, and what the columns mean.
 std::string table_list(const TableOverrides& overrides, bool share);
 
 }  // namespace sweep

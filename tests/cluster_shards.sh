@@ -110,7 +110,7 @@ elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a 
 # The reference: the whole table in one process.
 t0=$EPOCHREALTIME
 mkdir -p "$scratch/single"
-(cd "$scratch/single" && "$twin_run" table "$table" --steps "$steps" --quiet >/dev/null) ||
+(cd "$scratch/single" && "$twin_run" table "$table" --steps "$steps" --jobs 2 --quiet >/dev/null) ||
   fail "the single-process run failed"
 reference=$scratch/single/runs/$stem.jsonl
 echo "cluster_shards: single-process $table --steps $steps: $(wc -l <"$reference") records, $(elapsed "$t0")"

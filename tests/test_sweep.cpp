@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,12 +19,14 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "binary_helpers.h"
 #include "report/aggregate.h"
 #include "report/plot.h"
+#include "sweep/command.h"
 #include "sweep/engine.h"
 #include "sweep/estimate.h"
 #include "sweep/plan.h"
@@ -877,6 +880,284 @@ TEST(TableCommand, ListShowsEveryTableWithPairsStepsAndAnEstimate) {
             std::string::npos)
       << unshared.out;
   EXPECT_NE(o.out.find(" min"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir / "runs"));
+  fs::remove_all(dir);
+}
+
+// The blank-separated words of `text`.
+std::vector<std::string> words(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) {
+    out.push_back(w);
+  }
+  return out;
+}
+
+// The line of `listing` that starts with table `name`.
+std::string list_line(const std::string& listing, const std::string& name) {
+  std::istringstream in(listing);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + " ", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+// Each row of `table --list`, recomputed here from the job list, its groups
+// and sweep/estimate.h alone: the tasks are the groups, the longest task is
+// the largest of the groups' estimates, on one thread and on one thread per
+// model.
+TEST(TableCommand, ListSaysTasksAndTheLongestTaskOfEveryTable) {
+  const int cores =
+      std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  for (bool share : {true, false}) {
+    const std::string listing = sweep::table_list({}, share);
+    for (const auto& name : sweep::table_names()) {
+      const sweep::Table t = sweep::make_table(name);
+      const auto groups = sweep::group_pairs(t.pairs, share);
+      int most = 0;
+      for (const auto& g : groups) {
+        most = std::max(most, static_cast<int>(g.size()) + 1);
+      }
+      double total = 0, longest = 0, longest_at_most = 0, memory = 0;
+      size_t models = 0;
+      for (const auto& g : groups) {
+        const int k = static_cast<int>(g.size()) + 1;
+        const double s = sweep::estimate_seconds(g.front(), k);
+        total += s;
+        longest = std::max(longest, s);
+        longest_at_most =
+            std::max(longest_at_most, sweep::estimate_seconds(g.front(), 1));
+        memory = std::max(memory,
+                          sweep::estimate_memory(g.front()).total(k, most));
+        models += k;
+      }
+      // Shared, each group adds its copy 1 to its pairs; unshared, each pair
+      // is a group.
+      EXPECT_EQ(groups.size(), share ? models - t.pairs.size() : t.pairs.size())
+          << name;
+      // As many tasks as groups is the most --shard allows: shard N/N is
+      // not empty at N = groups, and is at N = groups + 1.
+      const int n = static_cast<int>(groups.size());
+      EXPECT_FALSE(sweep::shard_of(t.pairs, {n, n}, share).empty()) << name;
+      EXPECT_TRUE(sweep::shard_of(t.pairs, {n + 1, n + 1}, share).empty())
+          << name;
+      const sweep::TableCost c = sweep::table_cost(t, share);
+      EXPECT_EQ(c.tasks, groups.size()) << name;
+      EXPECT_EQ(c.models, models) << name;
+      EXPECT_EQ(c.most_models, most) << name;
+      EXPECT_EQ(c.longest_s, longest) << name;
+      EXPECT_EQ(c.longest_at_most_s, longest_at_most) << name;
+      EXPECT_EQ(c.memory_at_most, memory) << name;
+      // Not vacuous: a group of several models takes longer on one thread.
+      EXPECT_GT(longest, longest_at_most) << name;
+      const twins::PairSpec& p = t.pairs.front();
+      const std::string want = fmt::format(
+          "{} {} {} {} {} {} {} {} {} {} {} {}", name, t.pairs.size(), models,
+          p.steps, twins::dtype_name(p.dtype), sweep::format_duration(total),
+          sweep::format_duration(std::max(total / cores, longest)),
+          groups.size(), sweep::format_duration(longest), most,
+          sweep::format_duration(longest_at_most), sweep::format_bytes(memory));
+      EXPECT_EQ(words(list_line(listing, name)), words(want))
+          << (share ? "" : "--no-share ") << name << "\n"
+          << listing;
+    }
+  }
+  // On CUDA the estimates are unknown (sweep/estimate.h models CPUs only):
+  // the list says so rather than 0 s; the tasks are the same.
+  sweep::TableOverrides cuda;
+  cuda.device = "cuda";
+  const std::string on_gpu = sweep::table_list(cuda, true);
+  for (const auto& name : sweep::table_names()) {
+    const sweep::TableCost c =
+        sweep::table_cost(sweep::make_table(name, cuda), true);
+    EXPECT_EQ(c.tasks, sweep::table_cost(sweep::make_table(name), true).tasks)
+        << name;
+    EXPECT_TRUE(std::isnan(c.longest_s)) << name;
+    EXPECT_TRUE(std::isnan(c.longest_at_most_s)) << name;
+    const std::vector<std::string> w = words(list_line(on_gpu, name));
+    EXPECT_EQ(std::count(w.begin(), w.end(), "unknown"), 4) << on_gpu;
+  }
+  // docs/performance.md: each table9 set is 18 pairs, 23 distinct models,
+  // so 5 groups; the char-LM row's largest group (Adam, init 42) trains a
+  // reference and six twins.
+  for (const char* name : {"table9-mod47", "table9-mod97-4L", "table9-mod97-6L",
+                           "table9-charlm"}) {
+    const sweep::TableCost c =
+        sweep::table_cost(sweep::make_table(name), true);
+    EXPECT_EQ(c.pairs, 18u) << name;
+    EXPECT_EQ(c.models, 23u) << name;
+    EXPECT_EQ(c.tasks, 5u) << name;
+    EXPECT_EQ(c.most_models, 7) << name;
+  }
+}
+
+// Sets an environment variable for a scope, then puts back what was there.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const char* name) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    old_ = had_ ? old : "";
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      ::setenv(name_, old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  void set(const std::string& value) { ::setenv(name_, value.c_str(), 1); }
+  void unset() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+sweep::Parallelism parallelism(int jobs, bool jobs_given, int threads,
+                               bool threads_given, size_t groups) {
+  sweep::CommandRequest r(sweep::CommandKind::kTable);
+  r.engine.jobs = jobs;
+  r.engine.threads = threads;
+  r.jobs_given = jobs_given;
+  r.threads_given = threads_given;
+  return sweep::resolve_parallelism(r, groups);
+}
+
+TEST(Parallelism, SlurmCpusFillTheTaskWhenJobsAndThreadsAreNotGiven) {
+  ScopedEnv env("SLURM_CPUS_PER_TASK");
+  env.unset();
+  auto p = parallelism(1, false, 1, false, 5);
+  EXPECT_EQ(p.jobs, 1);
+  EXPECT_EQ(p.threads, 1);
+  EXPECT_FALSE(p.from_slurm);
+
+  env.set("8");
+  struct Case {
+    int jobs;
+    bool jobs_given;
+    int threads;
+    bool threads_given;
+    size_t groups;
+    int want_jobs, want_threads;
+  };
+  const Case cases[] = {
+      {1, false, 1, false, 1, 1, 8},   // a shard of one group: all 8 threads
+      {1, false, 1, false, 5, 5, 1},   // five groups side by side
+      {1, false, 1, false, 3, 3, 2},   // 3 x 2 of the 8 CPUs
+      {1, false, 1, false, 20, 8, 1},  // more groups than CPUs
+      {2, true, 1, false, 5, 2, 4},    // --jobs 2: threads fill the rest
+      {1, false, 4, true, 5, 2, 4},    // --threads 4: two groups fit
+      {1, false, 16, true, 5, 1, 16},  // --threads beyond the CPUs
+      {3, true, 5, true, 1, 3, 5},     // both given: as given
+  };
+  for (const auto& c : cases) {
+    p = parallelism(c.jobs, c.jobs_given, c.threads, c.threads_given, c.groups);
+    const std::string what =
+        fmt::format("jobs {}{} threads {}{} groups {}", c.jobs,
+                    c.jobs_given ? " given" : "", c.threads,
+                    c.threads_given ? " given" : "", c.groups);
+    EXPECT_EQ(p.jobs, c.want_jobs) << what;
+    EXPECT_EQ(p.threads, c.want_threads) << what;
+    EXPECT_EQ(p.from_slurm, !(c.jobs_given && c.threads_given)) << what;
+    EXPECT_EQ(p.said.find("SLURM_CPUS_PER_TASK=8") != std::string::npos,
+              p.from_slurm)
+        << what << ": " << p.said;
+  }
+
+  for (const std::string bad : {"", "0", "-2", "8x", " 8", "2.5", "two",
+                                "99999999999"}) {
+    env.set(bad);
+    try {
+      parallelism(1, false, 1, false, 5);
+      ADD_FAILURE() << "SLURM_CPUS_PER_TASK='" << bad << "' was accepted";
+    } catch (const c10::Error& e) {
+      const std::string m = e.what_without_backtrace();
+      EXPECT_NE(m.find("SLURM_CPUS_PER_TASK='" + bad + "'"), std::string::npos)
+          << m;
+      EXPECT_EQ(count_lines(m.substr(0, m.find_last_not_of('\n') + 1)), 0)
+          << m;
+    }
+    // Both given: the variable is not used, so not judged either.
+    p = parallelism(2, true, 3, true, 5);
+    EXPECT_EQ(p.jobs, 2);
+    EXPECT_EQ(p.threads, 3);
+  }
+}
+
+// The key -> record (without the timing fields) of a results file.
+std::map<std::string, json> records_by_key(const fs::path& path) {
+  std::map<std::string, json> out;
+  for (const auto& r : sweep::read_results(path.string()).records) {
+    out.emplace(r.key, twins::without_timing(r.json));
+  }
+  return out;
+}
+
+// Through the binary: SLURM_CPUS_PER_TASK sets --jobs and --threads as the
+// banner says, and the records are the same, number for number, as
+// without it; a malformed value is one line and writes nothing.
+TEST(TableCommand, SlurmCpusChangeTheSchedulingNotTheRecords) {
+  const fs::path dir = fresh_dir("slurm-cpus");
+  const std::string table = "table table3 --steps 3 ";
+  const Outcome plain = twin_run(table + "--out plain.jsonl", dir,
+                                 "env -u SLURM_CPUS_PER_TASK ");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("--jobs 1, --threads 1;"), std::string::npos)
+      << plain.err;
+  const auto want = records_by_key(dir / "plain.jsonl");
+  ASSERT_EQ(want.size(), 7u);
+  sweep::TableOverrides o3;
+  o3.steps = 3;
+
+  struct Run {
+    std::string env, args, file;
+    int jobs, threads;
+  };
+  const Run runs[] = {
+      // table3's seven pairs form four groups.
+      {"SLURM_CPUS_PER_TASK=2 ", "", "whole.jsonl", 2, 1},
+      {"SLURM_CPUS_PER_TASK=16 ", "", "wide.jsonl", 4, 4},
+      // Shard 1 of 4 holds one group: all the CPUs train its models.
+      {"SLURM_CPUS_PER_TASK=2 ", "--shard 1/4 ", "shard.jsonl", 1, 2},
+      {"SLURM_CPUS_PER_TASK=3 ", "--jobs 1 ", "jobs1.jsonl", 1, 3},
+  };
+  for (const auto& r : runs) {
+    const Outcome o =
+        twin_run(table + r.args + "--out " + r.file, dir, r.env);
+    ASSERT_EQ(o.code, 0) << r.env << r.args << o.err;
+    EXPECT_NE(o.err.find(fmt::format("--jobs {}", r.jobs)), std::string::npos)
+        << r.env << r.args << o.err;
+    EXPECT_NE(o.err.find(fmt::format("--threads {}", r.threads)),
+              std::string::npos)
+        << r.env << r.args << o.err;
+    EXPECT_NE(o.err.find(r.env.substr(0, r.env.size() - 1) + ")"),
+              std::string::npos)
+        << o.err;
+    const auto have = records_by_key(dir / r.file);
+    const size_t pairs =
+        r.args.find("--shard") == 0
+            ? sweep::shard_of(sweep::make_table("table3", o3).pairs, {1, 4})
+                  .size()
+            : 7u;
+    EXPECT_EQ(have.size(), pairs) << r.file;
+    for (const auto& [key, record] : have) {
+      ASSERT_TRUE(want.count(key)) << r.file << ": " << key;
+      EXPECT_EQ(record, want.at(key)) << r.file << ": " << key;
+    }
+  }
+
+  const Outcome bad =
+      twin_run(table + "--out bad.jsonl", dir, "SLURM_CPUS_PER_TASK=two ");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_EQ(count_lines(bad.err), 1) << bad.err;
+  EXPECT_NE(bad.err.find("SLURM_CPUS_PER_TASK='two'"), std::string::npos)
+      << bad.err;
+  EXPECT_FALSE(fs::exists(dir / "bad.jsonl"));
   EXPECT_FALSE(fs::exists(dir / "runs"));
   fs::remove_all(dir);
 }
