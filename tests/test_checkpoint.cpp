@@ -308,23 +308,27 @@ std::vector<std::string> file_records(const fs::path& path) {
   return out;
 }
 
-// A float64 char-LM run of two groups (Adam, SGD: gauge and noise twins),
-// 40 steps, small shape.
+// A float64 char-LM run of seven groups, one per optimizer family (gauge
+// and noise twins each), 40 steps, small shape.
 const std::string kCharLm =
-    "--task charlm --dtype float64 --opt adam,sgd --twin gauge,noise "
-    "--steps 40 --depth 1 "
-    "--d-model 16 --heads 2 --ctx 16 --batch 4 --quiet --threads 1 ";
+    "--task charlm --dtype float64 "
+    "--opt adam,sgd,scalar-adam,muon,shampoo,soap,adam-mini "
+    "--twin gauge,noise --steps 40 --depth 1 --d-model 16 --heads 2 "
+    "--ctx 16 --batch 4 --quiet --threads 1 ";
 
 TEST(CheckpointBinary, SigkillAroundTheRenameResumesToTheStraightRecords) {
   const fs::path dir = fresh_dir("ckpt-kill");
   ASSERT_EQ(twin_run(kCharLm + "--out straight.jsonl", dir).code, 0);
   const auto straight = file_records(dir / "straight.jsonl");
-  ASSERT_EQ(straight.size(), 4u);
-  // Killed mid-run at three points: before the rename of the 2nd write (the
-  // file of the 1st stays), after the 5th, and before the 11th (the second
-  // group's), resuming after each.
+  ASSERT_EQ(straight.size(), 14u);
+  // Every group writes at steps 3, 6, ..., 39 (13 writes) and the process
+  // counts its writes from 1. Killed three times, resuming after each: just
+  // before the rename of Adam's 5th write (the file of step 12 stays, the
+  // new one is left as a .tmp); just after scalar-Adam's 8th (step 24),
+  // the 30th write of the second process; and just before the rename of
+  // SOAP's 9th, the 40th of the third (SOAP resumes at step 24).
   const std::string every = "--checkpoint-every 3 --out killed.jsonl";
-  for (const char* hook : {"rename:2", "written:5", "rename:11"}) {
+  for (const char* hook : {"rename:5", "written:30", "rename:40"}) {
     SCOPED_TRACE(hook);
     const auto o = twin_run(kCharLm + every, dir,
                             std::string("TWINS_TEST_KILL=") + hook + " ");
@@ -336,6 +340,8 @@ TEST(CheckpointBinary, SigkillAroundTheRenameResumesToTheStraightRecords) {
   }
   const auto o = twin_run(kCharLm + every, dir);
   ASSERT_EQ(o.code, 0) << o.err;
+  for (const char* resumed : {"group 'soap (init 42)': resumed at step 24"})
+    EXPECT_NE(o.err.find(resumed), std::string::npos) << o.err;
   EXPECT_EQ(file_records(dir / "killed.jsonl"), straight);
   EXPECT_FALSE(fs::exists(dir / "killed.jsonl.ckpt"))
       << "the checkpoints outlived their groups";
