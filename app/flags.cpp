@@ -34,30 +34,33 @@ CLI::Validator whole_number(int64_t lo, int64_t hi) {
       fmt::format("INT in [{} - {}]", lo, hi));
 }
 
-CLI::Validator positive_real() {
+namespace {
+
+// A real number (real_problem's checks) for which `ok` holds; otherwise
+// "<text> <fails>".
+CLI::Validator real_where(bool (*ok)(double), const char* fails,
+                          const char* name) {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
+      [ok, fails](std::string& text) -> std::string {
         double v = 0;
         const std::string problem = real_problem(text, &v);
         if (!problem.empty())
           return problem;
-        return v > 0 ? std::string()
-                     : fmt::format("{} is not a positive number", text);
+        return ok(v) ? std::string() : fmt::format("{} {}", text, fails);
       },
-      "POSITIVE");
+      name);
+}
+
+}  // namespace
+
+CLI::Validator positive_real() {
+  return real_where([](double v) { return v > 0; }, "is not a positive number",
+                    "POSITIVE");
 }
 
 CLI::Validator non_negative_real() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        double v = 0;
-        const std::string problem = real_problem(text, &v);
-        if (!problem.empty())
-          return problem;
-        return v >= 0 ? std::string()
-                      : fmt::format("{} is negative", text);
-      },
-      "NUMBER >= 0");
+  return real_where([](double v) { return v >= 0; }, "is negative",
+                    "NUMBER >= 0");
 }
 
 CLI::Validator seed_number() {

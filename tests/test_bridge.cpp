@@ -530,8 +530,9 @@ class Raises(torch.optim.SGD):
 }
 
 TEST(BridgeErrors, NonFiniteParametersAreTheUsualDivergence) {
-  // A step that writes NaN: the next loss is not finite, so the pair ends
-  // there as any diverging pair does (recorded, status diverged).
+  // A step that writes NaN: the measurement at step 1's checkpoint is not
+  // finite (nor would step 2's loss be), so the pair ends at step 1 as any
+  // diverging pair does (recorded, status diverged).
   const std::string path = write_rule("nan.py", R"(
 import torch
 class Poison(torch.optim.Optimizer):
@@ -548,7 +549,7 @@ class Poison(torch.optim.Optimizer):
   ASSERT_EQ(results.size(), 4u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, twins::PairStatus::kDiverged);
-    EXPECT_EQ(r.diverged_step, 2);
+    EXPECT_EQ(r.diverged_step, 1);
   }
   // NaN drifts: never a verdict of equivariance or basis dependence.
   const report::Verdict v = report::judge(results);
