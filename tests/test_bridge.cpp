@@ -55,6 +55,7 @@ TEST(BridgeWithoutPython, TheTorchZooIsNotListed) {
 #else  // the bridge itself
 
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -68,6 +69,7 @@ TEST(BridgeWithoutPython, TheTorchZooIsNotListed) {
 #include "sweep/engine.h"
 #include "sweep/plan.h"
 #include "twins/defaults.h"
+#include "twins/group_state.h"
 #include "twins/pair.h"
 #include "twins/record.h"
 
@@ -394,6 +396,41 @@ TEST(BridgeTorch, AdamFloat64MatchesTheBuiltInAndIsBasisDependent) {
   EXPECT_EQ(v.verdict, report::VerdictClass::kBasisDependent)
       << report::format_verdict_line(v);
   EXPECT_EQ(v.identity_max, 0);
+}
+
+// A Python rule's state goes into a group's checkpoint as its
+// state_dict() (docs/output-format.md, "Checkpoints"): stopped at step 7
+// and resumed, the group's records are the straight run's, bit for bit.
+TEST(BridgeCheckpoint, APythonRuleResumesToTheSameBits) {
+  for (const char* rule : {"torch:Adam", "torch:SGD{\"momentum\":0.9}"}) {
+    SCOPED_TRACE(rule);
+    auto req = tiny_request(bridge::resolve_rule(rule), 20, "float64");
+    req.lr = 1e-2;
+    const auto specs = sweep::verdict_specs(req);
+    auto text = [](const std::vector<twins::PairResult>& rs) {
+      std::vector<std::string> out;
+      for (const auto& r : rs)
+        out.push_back(twins::without_timing(twins::to_json(r)).dump());
+      return out;
+    };
+    const auto straight = text(twins::run_group(specs));
+    const std::string file = (scratch() / "python.ckpt").string();
+    fs::remove(file);
+    twins::GroupOptions stop;
+    stop.state_file = file;
+    stop.state.every_steps = 1000;
+    stop.progress = [](int64_t step) {
+      if (step == 7)
+        twins::request_stop(SIGTERM);
+    };
+    EXPECT_THROW(twins::run_group(specs, stop), twins::Stopped);
+    twins::clear_stop();
+    EXPECT_EQ(twins::read_state_file(file).header.at("step"), 7);
+    twins::GroupOptions resume;
+    resume.state_file = file;
+    resume.state.every_steps = 1000;
+    EXPECT_EQ(text(twins::run_group(specs, resume)), straight);
+  }
 }
 
 TEST(BridgeTorch, PythonScalarAdamIsEquivariant) {
