@@ -253,10 +253,29 @@ void add_engine_flags(CLI::App& app, sweep::CommandRequest& r,
       "Remove a checkpoint that cannot be used (damaged, or of another "
       "configuration) and start its group at step 0, instead of stopping "
       "with an error");
+  add_allow_mixed_env_flag(app, e.allow_mixed_env);
+  // Read in main() before anything else (twins::enter_portable_mode):
+  // OpenBLAS chooses its kernels when it loads. Declared here for --help.
+  app.add_flag_callback(
+      "--portable-kernels", [] {},
+      "Pin the kernels every AVX2 machine runs (OpenBLAS Haswell, ATen "
+      "avx2; twin-run re-executes itself with OPENBLAS_CORETYPE and "
+      "ATEN_CPU_CAPABILITY set), so that machines whose CPUs would choose "
+      "others write the same bits; the same as TWINS_PORTABLE=1 "
+      "(docs/output-format.md)");
   app.add_option("--save-models", e.save_models,
                  "Save both copies of every pair here when it ends (one "
                  "directory per pair: model1.pt, model2.pt, spec.json); "
                  "`twin-run merge --models DIR` reads them back");
+}
+
+CLI::Option* add_allow_mixed_env_flag(CLI::App& app, bool& out) {
+  return app.add_flag(
+      "--allow-mixed-env", out,
+      "Mix records written under another numeric environment (LibTorch, "
+      "BLAS and its core type, ATen's CPU capability, GPU) with a warning "
+      "instead of stopping: their float bits need not agree "
+      "(docs/output-format.md)");
 }
 
 // ---------------------------------------------------------------------------

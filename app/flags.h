@@ -74,10 +74,15 @@ void add_opt_args(CLI::App& app, std::string& opt_args);
 void add_pair_list_flags(CLI::App& app, sweep::CommandRequest& request,
                          std::string& opt_args, const std::string& out_help);
 
+// --allow-mixed-env: records of another numeric environment are mixed with
+// a warning, not refused (sweep::check_one_environment).
+CLI::Option* add_allow_mixed_env_flag(CLI::App& app, bool& out);
+
 // --out (with `out_help`), --jobs, --threads (default
 // sweep::default_threads(request.kind)), --no-share, --quiet,
 // --no-memory-check, --checkpoint-minutes (default 10), --checkpoint-every,
-// --checkpoint-restart, --save-models, bound to request.engine.
+// --checkpoint-restart, --allow-mixed-env, --portable-kernels (read by
+// main() itself), --save-models, bound to request.engine.
 void add_engine_flags(CLI::App& app, sweep::CommandRequest& request,
                       const std::string& out_help);
 

@@ -17,6 +17,7 @@
 #include "app/verdict_cmd.h"
 #include "bridge/bridge.h"
 #include "twins/device.h"
+#include "twins/environment.h"
 #include "twins/group_state.h"
 
 namespace {
@@ -52,6 +53,16 @@ std::string empty_value(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything computes: the kernels are pinned by re-executing with
+  // the libraries' variables set (twins/environment.h).
+  if (twins::portable_requested(argc, argv)) {
+    try {
+      twins::enter_portable_mode(argv);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "twin-run: error: %s\n", e.what());
+      return 1;
+    }
+  }
   twins::keep_freed_memory();  // before the first tensor
   bridge::install();            // the torch: and py: names (bridge/bridge.h)
   CLI::App cli{

@@ -24,13 +24,14 @@ CLI::App* setup_plot(CLI::App& parent, PlotFlags& f) {
                   "Figure file, .svg or .png; the QK figure goes to "
                   "OUT-qk.svg, the gnuplot script and data beside it "
                   "[default: FILE.svg next to the first file]");
+  add_allow_mixed_env_flag(*cmd, f.allow_mixed_env);
   return cmd;
 }
 
 int run_plot(const PlotFlags& f) {
   std::vector<twins::PairResult> results;
   std::set<std::string> tasks;
-  for (const auto& r : sweep::read_records(f.files)) {
+  for (const auto& r : sweep::read_records(f.files, f.allow_mixed_env)) {
     results.push_back(r.result);
     tasks.insert(r.result.spec.task);
   }

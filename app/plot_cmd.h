@@ -11,6 +11,7 @@ namespace app {
 struct PlotFlags {
   std::vector<std::string> files;  // JSONL results (several are merged)
   std::string out;                 // OUT.svg or OUT.png; empty: FILE.svg
+  bool allow_mixed_env = false;    // --allow-mixed-env
 };
 
 CLI::App* setup_plot(CLI::App& parent, PlotFlags& flags);

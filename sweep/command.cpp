@@ -338,7 +338,7 @@ CommandOutcome resolve_aggregate(const CommandRequest& r) {
   CommandOutcome out;
   out.kind = r.kind;
   out.results_path = r.inputs.front();
-  out.run.records = read_records(r.inputs);
+  out.run.records = read_records(r.inputs, r.engine.allow_mixed_env);
   std::map<std::string, Table> tables;  // by configuration name
   for (const auto& rec : out.run.records) {
     const std::string t = !r.table.empty() ? r.table : rec.json.value("table", "");

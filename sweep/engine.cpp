@@ -455,10 +455,14 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
   check_job_list(pairs, o);
   EngineOutcome out;
   // Validate what is there before creating or locking anything.
-  const std::vector<PairSpec> first_todo =
-      missing(read_results(o.results_path, /*missing_ok=*/true), pairs);
+  const ResultsFile before = read_results(o.results_path, /*missing_ok=*/true);
+  const std::vector<PairSpec> first_todo = missing(before, pairs);
   out.already = pairs.size() - first_todo.size();
   if (!first_todo.empty()) {
+    // Its records and this run's must be bitwise comparable.
+    check_one_environment(before.records,
+                          &twins::numeric_env(pairs.front().device),
+                          o.allow_mixed_env, "resume into a new --out", o.log);
     check_save_targets(first_todo, out.already, o);
     const bool existed = fs::exists(o.results_path);
     FileLock lock(o.results_path);

@@ -80,6 +80,9 @@ struct EngineOptions {
   // ends the process at once). A rerun resumes each group from its file;
   // a group's file is removed when its records are written.
   twins::StatePolicy state;
+  // Append to a file whose records were written under another numeric
+  // environment (twins/environment.h) with a warning instead of an error.
+  bool allow_mixed_env = false;
 };
 
 // The folder of a results file's checkpoints: "<results>.ckpt".

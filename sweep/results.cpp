@@ -183,6 +183,7 @@ json measurement(const StoredRecord& r) {
   json j = twins::without_timing(r.json);
   j.erase("table");
   j.erase("torch_version");
+  j.erase("numeric_env");  // the CPU's name differs across portable runs
   return j;
 }
 
@@ -219,11 +220,46 @@ std::vector<StoredRecord> merge_records(const std::vector<ResultsFile>& files,
   return out;
 }
 
+void check_one_environment(const std::vector<StoredRecord>& records,
+                           const twins::NumericEnv* here, bool allow,
+                           const char* advice, std::FILE* log) {
+  const StoredRecord* first = nullptr;  // the reference when `here` is null
+  for (const auto& r : records) {
+    const twins::NumericEnv& env = r.result.numeric_env;
+    if (!env.known())
+      continue;
+    if (!here && !first) {
+      first = &r;
+      continue;
+    }
+    const std::string diff = twins::environment_difference(
+        env, here ? *here : first->result.numeric_env);
+    if (diff.empty())
+      continue;
+    const std::string than =
+        here ? "this run"
+             : fmt::format("'{}', line {}", first->file, first->line);
+    const std::string what = fmt::format(
+        "results file '{}', line {}: written under another numeric "
+        "environment than {} ({}{}); its float bits need not match "
+        "(docs/output-format.md)",
+        r.file, r.line, than, diff, here ? ": file vs this run" : "");
+    TORCH_CHECK(allow, what, "; ", advice,
+                ", or pass --allow-mixed-env to mix them anyway");
+    fmt::print(log, "twin-run: warning: {}; mixed as --allow-mixed-env asks\n",
+               what);
+    return;  // one line is enough
+  }
+}
+
 std::vector<StoredRecord> read_records(const std::vector<std::string>& files,
-                                       std::FILE* log) {
+                                       bool allow_mixed_env, std::FILE* log) {
   std::vector<ResultsFile> read;
+  std::vector<StoredRecord> all;
   for (const auto& path : files) {
     read.push_back(read_results(path));
+    all.insert(all.end(), read.back().records.begin(),
+               read.back().records.end());
     if (read.back().truncated_tail) {
       fmt::print(log,
                  "twin-run: note: {}: ignoring a truncated last line (a "
@@ -231,6 +267,9 @@ std::vector<StoredRecord> read_records(const std::vector<std::string>& files,
                  path);
     }
   }
+  // Before repeated keys: records of two machines differ for that reason.
+  check_one_environment(all, nullptr, allow_mixed_env,
+                        "aggregate them separately", log);
   int duplicates = 0;
   std::vector<StoredRecord> records = merge_records(read, &duplicates);
   if (duplicates > 0) {

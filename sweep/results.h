@@ -78,10 +78,25 @@ std::vector<StoredRecord> merge_records(const std::vector<ResultsFile>& files,
                                         int* duplicates = nullptr);
 
 // The records of `files` merged, a note on `log` for a truncated last line
-// or repeated keys; throws when a file is missing or malformed, or when
-// they hold no record at all.
+// or repeated keys; throws when a file is missing or malformed, when they
+// hold no record at all, or (unless `allow_mixed_env`, then a warning)
+// when they were written under different numeric environments
+// (check_one_environment, before repeated keys are compared).
 std::vector<StoredRecord> read_records(const std::vector<std::string>& files,
+                                       bool allow_mixed_env = false,
                                        std::FILE* log = stderr);
+
+// One numeric environment (twins/environment.h) in `records`: the first
+// record whose environment differs from `here` (or, when `here` is null,
+// from that of the first record that has one) throws one line naming its
+// file, its line and the difference ("blas_core Sandybridge vs Haswell");
+// with `allow` (--allow-mixed-env) that line is a warning on `log`
+// instead. A record without the field (written before it existed) is of an
+// unknown environment and matches any. `advice` ends the error ("resume
+// into a new --out").
+void check_one_environment(const std::vector<StoredRecord>& records,
+                           const twins::NumericEnv* here, bool allow,
+                           const char* advice, std::FILE* log = stderr);
 
 // An exclusive, non-blocking flock on a results file for the lifetime of
 // the object; creates the file (empty) and its directory when missing.

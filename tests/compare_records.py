@@ -5,7 +5,9 @@ records of a reference file (one process running the whole table).
     compare_records.py REFERENCE.jsonl SHARD.jsonl...
 
 Every field of every record is compared except the timing fields, which say
-how a pair was scheduled rather than what it computed. Numbers are compared
+how a pair was scheduled rather than what it computed, and `numeric_env`,
+which says where (the CPU's model name differs between machines whose
+records are bitwise equal; docs/output-format.md). Numbers are compared
 as the text the binary wrote (17 significant digits round-trip a double), so
 equal means bitwise equal. Records are matched by their content, not by
 position: shards interleave the job list. Fields added to the record later
@@ -17,7 +19,7 @@ difference and exit 1. Bad input (a missing or malformed file) is exit 2.
 import json
 import sys
 
-TIMING_FIELDS = {"wall_s", "threads"}
+TIMING_FIELDS = {"wall_s", "threads", "numeric_env"}
 
 
 def bad_input(message):

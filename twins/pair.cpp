@@ -373,6 +373,7 @@ class GroupRun {
     for (size_t i = 0; i < specs.size(); ++i) {
       results_[i].spec = specs[i];
       results_[i].torch_version = TORCH_VERSION;
+      results_[i].numeric_env = numeric_env(specs[i].device);
       results_[i].group_pairs = static_cast<int>(specs.size());
       // A gauge twin's merge is also compared with the rotation that made
       // it (docs/protocol.md §9).

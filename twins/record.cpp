@@ -296,6 +296,8 @@ json to_json(const PairResult& r) {
   const ThreadInfo t = thread_info();
   j["threads"] = {{"torch", t.torch_threads}, {"openblas", t.openblas_threads}};
   j["torch_version"] = r.torch_version;
+  if (r.numeric_env.known())
+    j["numeric_env"] = to_json(r.numeric_env);
   return j;
 }
 
@@ -340,6 +342,9 @@ PairResult from_json(const json& j) {
   if (j.contains("torch_version")) {
     r.torch_version = text(j["torch_version"], "torch_version");
   }
+  // Records written before the field read as of an unknown environment.
+  if (j.contains("numeric_env"))
+    r.numeric_env = numeric_env_from_json(j["numeric_env"]);
   return r;
 }
 

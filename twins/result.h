@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "twins/environment.h"
 #include "twins/merge.h"
 #include "twins/metrics.h"
 #include "twins/spec.h"
@@ -38,6 +39,7 @@ struct PairResult {
   double wall_s = 0;               // seconds from its group's start to its end
   int group_pairs = 1;             // pairs that shared its copy 1's training
   std::string torch_version;
+  NumericEnv numeric_env;          // unknown for a record without one
 
   bool ok() const { return status == PairStatus::kOk; }
 };

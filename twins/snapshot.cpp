@@ -223,6 +223,7 @@ PairResult measure_saved(SavedPair& s) {
   PairResult r;
   r.spec = saved_spec(s);
   r.torch_version = TORCH_VERSION;
+  r.numeric_env = numeric_env(r.spec.device);
   // Train losses are unknown (NaN): the copies were saved, not trained here.
   const Evaluation e1 = evaluate(s.m1, *s.task);
   const Evaluation e2 = evaluate(s.m2, *s.task);

@@ -1,0 +1,233 @@
+// Records of different numeric environments never mix silently: every
+// record says under which LibTorch, BLAS core and ATen CPU capability it
+// was computed (twins/environment.h); a resume into, or an aggregate of,
+// records of another environment stops with one line naming the file, the
+// line and the difference, or warns with --allow-mixed-env; and
+// --portable-kernels pins the kernels, so that runs whose libraries would
+// choose others write the same bits. Each case runs the twin-run binary
+// and checks the files byte for byte afterwards.
+#include <gtest/gtest.h>
+#include <torch/version.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "binary_helpers.h"
+#include "twins/environment.h"
+#include "twins/record.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+using testing_helpers::count_lines;
+using testing_helpers::fresh_dir;
+using testing_helpers::Outcome;
+using testing_helpers::slurp;
+using testing_helpers::twin_run;
+
+void spit(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << text;
+}
+
+// One fast pair with a real record, and a second pair of the same command
+// line (so that a resume has something to append).
+const std::string kPair = "--opt sgd --steps 1 --quiet";
+const std::string kTwoPairs = "--opt sgd,adam --steps 1 --quiet";
+
+// The record of `line` with numeric_env.blas_core set to another core than
+// the one it has; *was receives the one it had.
+std::string other_core(const std::string& line, std::string* was) {
+  json j = json::parse(line);
+  *was = j.at("numeric_env").at("blas_core").get<std::string>();
+  j["numeric_env"]["blas_core"] = *was == "Sandybridge" ? "Prescott"
+                                                        : "Sandybridge";
+  return j.dump() + "\n";
+}
+
+bool has_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+// The field is written by every run, read back by the codec, and a record
+// without it (written before it existed) reads as of an unknown
+// environment, which differs from none.
+TEST(NumericEnv, EveryRecordCarriesItAndTheCodecReadsItBack) {
+  const fs::path dir = fresh_dir("numenv-field");
+  ASSERT_EQ(twin_run(kPair + " --out r.jsonl", dir).code, 0);
+  const json j = json::parse(slurp(dir / "r.jsonl"));
+  ASSERT_TRUE(j.contains("numeric_env")) << j.dump();
+  const json& env = j["numeric_env"];
+  EXPECT_EQ(env.at("torch"), TORCH_VERSION);
+  for (const char* part : {"blas", "blas_core", "cpu_capability", "device"})
+    EXPECT_TRUE(env.at(part).is_string() && !env.at(part).get<std::string>().empty())
+        << part;
+  EXPECT_EQ(env.at("device").get<std::string>().rfind("cpu", 0), 0u);
+  // This process (the test) links the same libraries as the binary.
+  EXPECT_EQ(twins::to_json(twins::numeric_env("cpu")), env);
+
+  const twins::PairResult r = twins::from_json(j);
+  EXPECT_TRUE(r.numeric_env.known());
+  EXPECT_EQ(twins::to_json(r), j) << "written, read back, written again";
+
+  json old = j;
+  old.erase("numeric_env");
+  const twins::PairResult o = twins::from_json(old);
+  EXPECT_FALSE(o.numeric_env.known());
+  EXPECT_EQ(o.numeric_env.blas_core, twins::kUnknownEnvironment);
+  EXPECT_EQ(twins::environment_difference(o.numeric_env, r.numeric_env), "");
+  EXPECT_FALSE(twins::to_json(o).contains("numeric_env"));
+
+  twins::NumericEnv a = r.numeric_env, b = r.numeric_env;
+  b.blas_core = "Sandybridge";
+  a.blas_core = "Haswell";
+  EXPECT_EQ(twins::environment_difference(a, b),
+            "blas_core Haswell vs Sandybridge");
+  // The CPU's model name alone is no difference (the kernels are the
+  // core's and the capability's); a GPU's is.
+  b = a;
+  b.device = "cpu: another CPU";
+  EXPECT_EQ(twins::environment_difference(a, b), "");
+  a.device = "cuda: NVIDIA H100";
+  b.device = "cuda: NVIDIA H200";
+  EXPECT_EQ(twins::environment_difference(a, b),
+            "device cuda: NVIDIA H100 vs cuda: NVIDIA H200");
+  fs::remove_all(dir);
+}
+
+// Appending to a file whose records were written under another numeric
+// environment stops before any step with one line naming the file, the
+// line and the difference, and leaves the file as it was; with
+// --allow-mixed-env it is one warning and the run appends. A record
+// without the field does not stop it.
+TEST(NumericEnv, AResumeUnderAnotherEnvironmentIsRefused) {
+  const fs::path dir = fresh_dir("numenv-resume");
+  ASSERT_EQ(twin_run(kPair + " --out r.jsonl", dir).code, 0);
+  std::string core;
+  const std::string edited = other_core(slurp(dir / "r.jsonl"), &core);
+  spit(dir / "r.jsonl", edited);
+  const std::string other = json::parse(edited)["numeric_env"]["blas_core"];
+
+  Outcome o = twin_run(kTwoPairs + " --out r.jsonl", dir);
+  EXPECT_NE(o.code, 0);
+  EXPECT_EQ(count_lines(o.err), 1) << o.err;
+  for (const std::string& part :
+       {std::string("'r.jsonl', line 1"),
+        "blas_core " + other + " vs " + core, std::string("--allow-mixed-env")})
+    EXPECT_NE(o.err.find(part), std::string::npos) << part << " in " << o.err;
+  EXPECT_EQ(slurp(dir / "r.jsonl"), edited) << "the file was changed";
+
+  o = twin_run(kTwoPairs + " --allow-mixed-env --out r.jsonl", dir);
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(count_lines(o.err), 1) << o.err;
+  EXPECT_NE(o.err.find("warning"), std::string::npos) << o.err;
+  EXPECT_EQ(count_lines(slurp(dir / "r.jsonl")), 2);
+
+  // Written before the field existed: unknown, resumed without a word.
+  json old = json::parse(edited);
+  old.erase("numeric_env");
+  spit(dir / "old.jsonl", old.dump() + "\n");
+  o = twin_run(kTwoPairs + " --out old.jsonl", dir);
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.err, "");
+  EXPECT_EQ(count_lines(slurp(dir / "old.jsonl")), 2);
+  fs::remove_all(dir);
+}
+
+// An aggregate (and a plot) of files of two environments: the same.
+TEST(NumericEnv, AnAggregateOfTwoEnvironmentsIsRefused) {
+  const fs::path dir = fresh_dir("numenv-aggregate");
+  ASSERT_EQ(twin_run(kPair + " --out a.jsonl", dir).code, 0);
+  ASSERT_EQ(twin_run("--opt adam --steps 1 --quiet --out b.jsonl", dir).code,
+            0);
+  std::string core;
+  spit(dir / "b.jsonl", other_core(slurp(dir / "b.jsonl"), &core));
+  const std::string a = slurp(dir / "a.jsonl"), b = slurp(dir / "b.jsonl");
+
+  for (const std::string cmd :
+       {"table --aggregate a.jsonl b.jsonl", "plot a.jsonl b.jsonl"}) {
+    const Outcome o = twin_run(cmd, dir);
+    EXPECT_NE(o.code, 0) << cmd;
+    EXPECT_EQ(count_lines(o.err), 1) << cmd << ": " << o.err;
+    EXPECT_NE(o.err.find("'b.jsonl', line 1"), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find("'a.jsonl', line 1"), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find("vs " + core), std::string::npos) << o.err;
+  }
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string ext = e.path().extension().string();
+    EXPECT_TRUE(ext == ".jsonl" || ext == ".txt") << e.path() << " written";
+  }
+
+  const Outcome o =
+      twin_run("table --aggregate a.jsonl b.jsonl --allow-mixed-env", dir);
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(count_lines(o.err), 1) << o.err;
+  EXPECT_NE(o.err.find("warning"), std::string::npos) << o.err;
+  EXPECT_EQ(slurp(dir / "a.jsonl"), a);
+  EXPECT_EQ(slurp(dir / "b.jsonl"), b);
+  fs::remove_all(dir);
+}
+
+// --portable-kernels re-executes the binary once with the kernels pinned:
+// its records carry the pinned core and capability whatever the caller's
+// environment chose, and runs under different caller choices are bitwise
+// equal (the emulation, on one machine, of two AVX2 machines whose
+// libraries' auto-detection differs). A re-exec that did not pin is never
+// repeated.
+TEST(NumericEnv, PortableRunsPinTheKernelsAndAgreeBitwise) {
+  if (!has_avx2())
+    GTEST_SKIP() << "no AVX2/FMA: --portable-kernels refuses to run";
+  const fs::path dir = fresh_dir("numenv-portable");
+  const std::string run = "--opt adam --steps 3 --quiet --portable-kernels";
+  const std::string callers[] = {"", "OPENBLAS_CORETYPE=Sandybridge ",
+                                 "ATEN_CPU_CAPABILITY=default ",
+                                 "TWINS_PORTABLE=1 OPENBLAS_CORETYPE=Prescott "};
+  std::vector<json> records;
+  for (size_t i = 0; i < std::size(callers); ++i) {
+    const std::string out = "p" + std::to_string(i) + ".jsonl";
+    // The last one asks through the variable, not the flag.
+    std::string args = run;
+    if (i == 3)
+      args = "--opt adam --steps 3 --quiet";
+    const Outcome o = twin_run(args + " --out " + out, dir, callers[i]);
+    ASSERT_EQ(o.code, 0) << callers[i] << o.err;
+    // Re-executed once: the note of the caller's value is said once.
+    if (!callers[i].empty()) {
+      EXPECT_EQ(count_lines(o.err), 1) << callers[i] << o.err;
+      EXPECT_NE(o.err.find("-> "), std::string::npos) << o.err;
+    }
+    records.push_back(twins::without_timing(json::parse(slurp(dir / out))));
+    const json& env = records.back()["numeric_env"];
+    EXPECT_EQ(env["cpu_capability"], twins::kPortableCpuCapability) << env;
+    // A DYNAMIC_ARCH OpenBLAS honours OPENBLAS_CORETYPE (another BLAS, or a
+    // build for one core, has no core to pin).
+    const std::string blas = env["blas"];
+    if (blas.rfind("OpenBLAS", 0) == 0 &&
+        blas.find("DYNAMIC_ARCH") != std::string::npos) {
+      EXPECT_EQ(env["blas_core"], twins::kPortableBlasCore) << env;
+    }
+  }
+  for (size_t i = 1; i < records.size(); ++i)
+    EXPECT_EQ(records[i], records[0]) << callers[i] << "differs from plain";
+
+  const Outcome loop = twin_run(run + " --out loop.jsonl", dir,
+                                "TWINS_PORTABLE_REEXEC=1 "
+                                "OPENBLAS_CORETYPE=Sandybridge ");
+  EXPECT_NE(loop.code, 0);
+  EXPECT_EQ(count_lines(loop.err), 1) << loop.err;
+  EXPECT_NE(loop.err.find("not re-executing again"), std::string::npos)
+      << loop.err;
+  EXPECT_FALSE(fs::exists(dir / "loop.jsonl"));
+  fs::remove_all(dir);
+}

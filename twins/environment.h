@@ -1,0 +1,65 @@
+// The numeric environment of a record: what, beside the binary and the
+// pair, decides its float bits — the LibTorch version, the BLAS library and
+// the kernels it chose for this CPU (its core type), the vector kernels
+// ATen chose (its CPU capability), and the device. Two records of one key
+// are bitwise equal when their environments agree (docs/output-format.md,
+// "What is reproducible across machines"); records of different ones are
+// not mixed in one file or aggregate unless the user allows it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace twins {
+
+// "unknown" where a part cannot be asked (another BLAS than OpenBLAS, a
+// record written before the field existed).
+inline constexpr const char* kUnknownEnvironment = "unknown";
+
+struct NumericEnv {
+  std::string torch = kUnknownEnvironment;           // "1.13.0"
+  std::string blas = kUnknownEnvironment;            // library and build
+  std::string blas_core = kUnknownEnvironment;       // OpenBLAS: "Haswell"
+  std::string cpu_capability = kUnknownEnvironment;  // "default", "avx2", ...
+  std::string device = kUnknownEnvironment;  // "cpu: <model>", "cuda: <GPU>"
+
+  // False for a record without the field: it matches any environment.
+  bool known() const;
+  bool operator==(const NumericEnv& o) const;
+};
+
+// This process's environment for pairs on `device` ("cpu", "cuda",
+// "cuda:N"); computed once per device and process.
+const NumericEnv& numeric_env(const std::string& device);
+
+nlohmann::json to_json(const NumericEnv& env);
+// Back from a record's "numeric_env" object; throws naming a field that is
+// not a string. A missing field stays "unknown".
+NumericEnv numeric_env_from_json(const nlohmann::json& j);
+
+// How `a` differs from `b` in what decides the bits, in words
+// ("blas_core Haswell vs Sandybridge"), or empty when it does not (or
+// either is unknown). The CPU's model name is not compared: on a CPU the
+// kernels are those of blas_core and cpu_capability, which
+// --portable-kernels pins; a GPU's name is compared between CUDA devices.
+std::string environment_difference(const NumericEnv& a, const NumericEnv& b);
+
+// --portable-kernels (or TWINS_PORTABLE=1): the kernels every AVX2 machine
+// can run, pinned before OpenBLAS and ATen choose theirs.
+inline constexpr const char* kPortableBlasCore = "Haswell";
+inline constexpr const char* kPortableCpuCapability = "avx2";
+
+// Whether argv asks for the portable mode (--portable-kernels before any
+// "--", or TWINS_PORTABLE=1).
+bool portable_requested(int argc, char** argv);
+
+// Pins the portable kernels: when OPENBLAS_CORETYPE and ATEN_CPU_CAPABILITY
+// are not already kPortableBlasCore and kPortableCpuCapability, sets them
+// and re-executes this binary (/proc/self/exe) with the same argv, since
+// OpenBLAS reads its variable when it loads, before main. Returns only in
+// the pinned process; throws a one-line std::runtime_error when the CPU has
+// no AVX2/FMA or the re-exec fails (or did not pin, which would loop).
+// Call first thing in main.
+void enter_portable_mode(char** argv);
+
+}  // namespace twins
