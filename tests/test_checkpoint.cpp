@@ -20,6 +20,7 @@
 
 #include "binary_helpers.h"
 #include "helpers.h"
+#include "twins/environment.h"
 #include "twins/group_state.h"
 #include "twins/pair.h"
 #include "twins/record.h"
@@ -275,6 +276,25 @@ TEST_F(BadCheckpoint, AnotherConfigurationIsRefused) {
   for (auto& s : proto)
     s.protocol = twins::Protocol::kPaperGpu;
   EXPECT_NE(error_of(proto).find("another configuration"), std::string::npos);
+}
+
+// A checkpoint carries the numeric environment it was written under; steps
+// of another would make one pair's bits a mix of two.
+TEST_F(BadCheckpoint, AnotherNumericEnvironmentIsRefused) {
+  const twins::NumericEnv here = twins::numeric_env("cpu");
+  if (here.blas_core == twins::kUnknownEnvironment)
+    GTEST_SKIP() << "this build's BLAS has no core type to tell apart";
+  std::string bytes = slurp(file_);
+  const size_t a = bytes.find('\n') + 1, b = bytes.find('\n', a);
+  nlohmann::json h = nlohmann::json::parse(bytes.substr(a, b - a));
+  ASSERT_EQ(h.at("numeric_env").at("blas_core"), here.blas_core);
+  h["numeric_env"]["blas_core"] = here.blas_core + "-other";
+  bytes.replace(a, b - a, h.dump());
+  std::ofstream(file_, std::ios::binary) << bytes;
+  const std::string e = error_of(group_);
+  EXPECT_NE(e.find("another numeric environment (blas_core"),
+            std::string::npos)
+      << e;
 }
 
 TEST_F(BadCheckpoint, APairTheFileDoesNotHoldIsRefused) {

@@ -12,6 +12,7 @@
 
 #include "model/loss.h"
 #include "twins/device.h"
+#include "twins/environment.h"
 #include "twins/gauge.h"
 #include "twins/merge.h"
 #include "twins/record.h"
@@ -477,6 +478,7 @@ class GroupRun {
     h["next_checkpoint"] = next_;
     h["elapsed_s"] = seconds();
     h["torch_version"] = TORCH_VERSION;
+    h["numeric_env"] = to_json(numeric_env(group_.spec(0).device));
     h["pairs"] = live_keys();
     nlohmann::json partial = nlohmann::json::array();
     for (size_t i = 0; i < group_.twins(); ++i) {
@@ -543,6 +545,17 @@ class GroupRun {
                 "'; this run: '", want,
                 "'); rerun with --checkpoint-restart to start the group "
                 "afresh");
+    // Steps from another kind of machine would make the pair's bits a mix
+    // of two environments (docs/output-format.md, "What is reproducible
+    // across machines").
+    const std::string env = environment_difference(
+        numeric_env_from_json(h.value("numeric_env", nlohmann::json::object())),
+        numeric_env(group_.spec(0).device));
+    TORCH_CHECK(env.empty(), "checkpoint '", path,
+                "' was written under another numeric environment (", env,
+                ": checkpoint vs this process); resume it on the same kind "
+                "of node, or with the --portable-kernels it was written "
+                "with, or rerun with --checkpoint-restart");
     const auto& keys = h.at("pairs");
     const auto& partial = h.at("partial");
     std::vector<size_t> source;
