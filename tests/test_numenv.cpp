@@ -27,12 +27,9 @@ using testing_helpers::count_lines;
 using testing_helpers::fresh_dir;
 using testing_helpers::Outcome;
 using testing_helpers::slurp;
+using testing_helpers::spit;
 using testing_helpers::twin_run;
 
-void spit(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << text;
-}
 
 // One fast pair with a real record, and a second pair of the same command
 // line (so that a resume has something to append).

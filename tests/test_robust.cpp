@@ -30,12 +30,9 @@ using testing_helpers::count_lines;
 using testing_helpers::fresh_dir;
 using testing_helpers::Outcome;
 using testing_helpers::slurp;
+using testing_helpers::spit;
 using testing_helpers::twin_run;
 
-void spit(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << text;
-}
 
 // The one-pair run every case builds on: fast, and a real record.
 const std::string kPair = "--opt sgd --steps 1 --quiet";

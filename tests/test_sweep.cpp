@@ -48,12 +48,9 @@ using testing_helpers::count_lines;
 using testing_helpers::fresh_dir;
 using testing_helpers::Outcome;
 using testing_helpers::slurp;
+using testing_helpers::spit;
 using testing_helpers::twin_run;
 
-void spit(const fs::path& p, const std::string& text) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << text;
-}
 
 // Table 3's seven pairs shrunk to mod11, 2 blocks, d 16, 4 heads.
 std::vector<twins::PairSpec> tiny_table3(int64_t steps = 4) {
