@@ -469,6 +469,12 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
     const std::vector<PairSpec> todo = resume(pairs, o, &out);
     if (!todo.empty()) {
       const auto t0 = Clock::now();
+      // Leave no empty file behind when the lock created it.
+      auto remove_if_empty = [&] {
+        std::error_code ec;
+        if (!existed && out.ran == 0)
+          fs::remove(o.results_path, ec);
+      };
       try {
         // Saved pairs measured by another runner keep no state: a signal
         // then ends the process as it would without checkpoints.
@@ -476,22 +482,17 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
         Slots(order(todo, o), todo.size(), o, runner ? runner : train_group,
               !runner, &out)
             .run();
+      } catch (const twins::Stopped& e) {
+        remove_if_empty();
+        throw twins::Stopped(
+            e.signal(),
+            fmt::format("stopped by {}: {} pair(s) recorded now in {}; the "
+                        "groups that had trained are checkpointed in {}/",
+                        twins::signal_name(e.signal()), out.ran,
+                        o.results_path, state_dir(o.results_path)));
       } catch (...) {
-        // Leave no empty file behind when the lock created it.
-        std::error_code ec;
-        if (!existed && out.ran == 0)
-          fs::remove(o.results_path, ec);
-        try {
-          throw;
-        } catch (const twins::Stopped& e) {
-          throw twins::Stopped(
-              e.signal(),
-              fmt::format("stopped by {}: {} pair(s) recorded now in {}; "
-                          "the groups that had trained are checkpointed in "
-                          "{}/",
-                          twins::signal_name(e.signal()), out.ran,
-                          o.results_path, state_dir(o.results_path)));
-        }
+        remove_if_empty();
+        throw;
       }
       out.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
       // The checkpoint folder goes with its last checkpoint.
