@@ -161,16 +161,16 @@ std::vector<PairSpec> missing(const ResultsFile& file,
   return todo;
 }
 
-// The groups the engine forms of `todo`: by reference when sharing, each
-// capped so that `jobs` of them fit in this machine's memory.
-std::vector<std::vector<PairSpec>> groups_of(const std::vector<PairSpec>& todo,
+// The groups the engine forms of `pairs`: by reference when sharing, each
+// capped at o.max_twins, or so that `jobs` of them fit in the memory this
+// process may use (machine_memory_bytes).
+std::vector<std::vector<PairSpec>> groups_of(const std::vector<PairSpec>& pairs,
                                              const EngineOptions& o) {
+  int max_twins = o.max_twins > 0 ? o.max_twins : 1 << 20;
   const double machine = machine_memory_bytes();
-  const int max_twins =
-      o.check_memory && machine > 0 && !todo.empty()
-          ? max_twins_per_group(todo.front(), o.jobs, o.threads, machine)
-          : 1 << 20;
-  return group_pairs(todo, o.share, max_twins);
+  if (o.max_twins <= 0 && o.check_memory && machine > 0 && !pairs.empty())
+    max_twins = max_twins_per_group(pairs.front(), o.jobs, o.threads, machine);
+  return group_pairs(pairs, o.share, max_twins);
 }
 
 // Resume, under the lock: the pairs still missing (another process may have
@@ -240,15 +240,49 @@ void check_save_targets(const std::vector<PairSpec>& todo, size_t already,
   }
 }
 
-// Order: largest groups first, so that with several job slots the longest
-// work starts early and the small groups fill in (a group's cost is about
-// its number of models).
-std::vector<std::vector<PairSpec>> order(const std::vector<PairSpec>& todo,
-                                         const EngineOptions& o) {
-  auto groups = groups_of(todo, o);
-  std::stable_sort(
-      groups.begin(), groups.end(),
-      [](const auto& a, const auto& b) { return a.size() > b.size(); });
+// A group to run: its pairs still missing, and the name of its checkpoint.
+struct Group {
+  std::vector<PairSpec> pairs;
+  // Its reference's state key, and its first pair's key too where the
+  // reference's pairs are split over several groups (--no-share, or groups
+  // capped to fit in memory).
+  std::string state_id;
+};
+
+// The groups of the whole job list, less the pairs already recorded: a
+// resumed run forms the very groups the first run formed, and so finds
+// their checkpoints, however many of their pairs were recorded since (a
+// pair that diverges is recorded at once). Largest first, so that with
+// several job slots the longest work starts early and the small groups
+// fill in (a group's cost is about its number of models).
+std::vector<Group> order(const std::vector<PairSpec>& pairs,
+                         const std::vector<PairSpec>& todo,
+                         const EngineOptions& o) {
+  const auto whole = groups_of(pairs, o);
+  std::map<std::string, int> groups_of_reference;
+  for (const auto& g : whole)
+    ++groups_of_reference[twins::group_state_key(g.front())];
+  std::set<std::string> to_run;
+  for (const auto& p : todo)
+    to_run.insert(p.key());
+  std::vector<Group> groups;
+  for (const auto& g : whole) {
+    Group left;
+    for (const auto& p : g) {
+      if (to_run.count(p.key()))
+        left.pairs.push_back(p);
+    }
+    if (left.pairs.empty())
+      continue;
+    left.state_id = twins::group_state_key(g.front());
+    if (groups_of_reference[left.state_id] > 1)
+      left.state_id += "|" + g.front().key();
+    groups.push_back(std::move(left));
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const Group& a, const Group& b) {
+                     return a.pairs.size() > b.pairs.size();
+                   });
   return groups;
 }
 
@@ -258,9 +292,8 @@ std::vector<std::vector<PairSpec>> order(const std::vector<PairSpec>& todo,
 class Slots {
  public:
   // `trains`: the runner trains the groups (and so keeps their state).
-  Slots(std::vector<std::vector<PairSpec>> groups, size_t pairs,
-        const EngineOptions& o, GroupRunner runner, bool trains,
-        EngineOutcome* out)
+  Slots(std::vector<Group> groups, size_t pairs, const EngineOptions& o,
+        GroupRunner runner, bool trains, EngineOutcome* out)
       : groups_(std::move(groups)),
         o_(o),
         runner_(std::move(runner)),
@@ -279,22 +312,14 @@ class Slots {
   }
 
  private:
-  // Each group's checkpoint: named by its reference's state key, and by
-  // its first pair's key too where the reference's pairs are split over
-  // several groups (--no-share, or groups capped to fit in memory).
+  // Each group's checkpoint: named by its state id.
   void name_state_files() {
     if (!o_.state.enabled() || !trains_)
       return;
-    std::map<std::string, int> groups_of_reference;
-    for (const auto& g : groups_)
-      ++groups_of_reference[twins::group_state_key(g.front())];
     for (const auto& g : groups_) {
-      std::string id = twins::group_state_key(g.front());
-      if (groups_of_reference[id] > 1)
-        id += "|" + g.front().key();
       state_files_.push_back(
           (fs::path(state_dir(o_.results_path)) /
-           (data::sha256_hex(id).substr(0, 16) + ".ckpt"))
+           (data::sha256_hex(g.state_id).substr(0, 16) + ".ckpt"))
               .string());
     }
   }
@@ -315,7 +340,7 @@ class Slots {
   }
 
   void group(size_t g, size_t slot) {
-    progress_.begin(slot, g, groups_[g]);
+    progress_.begin(slot, g, groups_[g].pairs);
     twins::GroupOptions go;
     go.threads = o_.threads;
     if (!state_files_.empty()) {
@@ -333,7 +358,7 @@ class Slots {
       record(slot, r, step, ref, twin);
     };
     try {
-      runner_(groups_[g], go);
+      runner_(groups_[g].pairs, go);
     } catch (const twins::Stopped& e) {
       progress_.finish_group(slot);
       {
@@ -353,7 +378,7 @@ class Slots {
     }
     std::lock_guard<std::mutex> lock(mutex_);
     ++out_->groups;
-    out_->models += groups_[g].size() + 1;
+    out_->models += groups_[g].pairs.size() + 1;
   }
 
   void record(size_t slot, const twins::PairResult& r, int64_t step,
@@ -373,7 +398,7 @@ class Slots {
     progress_.end(slot, r);
   }
 
-  const std::vector<std::vector<PairSpec>> groups_;
+  const std::vector<Group> groups_;
   const EngineOptions& o_;
   const GroupRunner runner_;
   const bool trains_;
@@ -479,7 +504,8 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
         // Saved pairs measured by another runner keep no state: a signal
         // then ends the process as it would without checkpoints.
         const StopSignals signals(o.state.enabled() && !runner);
-        Slots(order(todo, o), todo.size(), o, runner ? runner : train_group,
+        Slots(order(pairs, todo, o), todo.size(), o,
+              runner ? runner : train_group,
               !runner, &out)
             .run();
       } catch (const twins::Stopped& e) {

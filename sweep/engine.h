@@ -70,6 +70,9 @@ struct EngineOptions {
   bool quiet = false;        // no progress
   std::FILE* log = stderr;   // where progress and notes go
   bool check_memory = true;  // refuse a run whose estimate cannot fit
+  // Twins per group at most; 0: as many as `jobs` groups of them fit in this
+  // machine's memory (with check_memory), else no limit.
+  int max_twins = 0;
   // When set, both copies of every pair are saved there as it ends
   // (twins/snapshot.h), one directory per pair.
   std::string save_models;

@@ -20,6 +20,7 @@
 
 #include "binary_helpers.h"
 #include "helpers.h"
+#include "sweep/engine.h"
 #include "twins/environment.h"
 #include "twins/group_state.h"
 #include "twins/pair.h"
@@ -326,6 +327,94 @@ std::vector<std::string> file_records(const fs::path& path) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// A reference's pairs split over several groups (capped at two twins each
+// here, as a memory cap splits them) keep their groups, and so find their
+// checkpoints, whichever pairs were recorded since: the first run stops
+// with [gauge 777, identity] and [noise, gauge 999] checkpointed; gauge
+// 777's record then appears (as a pair's does the moment it diverges); the
+// rerun must resume both groups, end with the straight run's records and
+// leave no checkpoint behind.
+TEST(CheckpointEngine, SplitGroupsKeepTheirCheckpointsWhenAPairIsRecorded) {
+  PairSpec base = mod_spec("adam", torch::kFloat);
+  base.steps = 400;
+  std::vector<PairSpec> pairs = triplet(base);
+  pairs.push_back(pairs[0]);
+  pairs[3].twin_seed = 999;
+  const fs::path dir = fresh_dir("ckpt-split");
+  auto options = [&](const std::string& name, std::FILE* log) {
+    sweep::EngineOptions o;
+    o.results_path = (dir / name).string();
+    o.quiet = true;
+    o.max_twins = 2;
+    o.jobs = 2;
+    o.log = log;
+    return o;
+  };
+  std::FILE* log = std::tmpfile();
+  ASSERT_NE(log, nullptr);
+  sweep::run_sweep(pairs, options("straight.jsonl", log));
+  const auto straight = file_records(dir / "straight.jsonl");
+  ASSERT_EQ(straight.size(), 4u);
+
+  auto o = options("split.jsonl", log);
+  o.state.every_steps = 1;
+  const fs::path ckpt = sweep::state_dir(o.results_path);
+  // Stopped as SIGTERM would once both groups have written a checkpoint.
+  auto checkpoints = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (fs::directory_iterator e(ckpt, ec), end; !ec && e != end;
+         e.increment(ec))
+      n += e->path().extension() == ".ckpt";
+    return n;
+  };
+  std::thread watcher([&] {
+    for (int i = 0; i < 60000 && checkpoints() < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    twins::request_stop(SIGTERM);
+  });
+  EXPECT_THROW(sweep::run_sweep(pairs, o), twins::Stopped);
+  watcher.join();
+  twins::clear_stop();
+  ASSERT_EQ(checkpoints(), 2);
+  ASSERT_TRUE(fs::exists(o.results_path) == false ||
+              file_records(o.results_path).empty())
+      << "a group ended before the stop";
+  // Gauge 777's record, as if it had diverged and been recorded.
+  {
+    std::ifstream in(dir / "straight.jsonl");
+    std::ofstream out(o.results_path, std::ios::app);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.at("twin") == "gauge" && j.at("twin_seed") == 777)
+        out << line << "\n";
+    }
+  }
+  ASSERT_EQ(file_records(o.results_path).size(), 1u);
+
+  std::FILE* resumed_log = std::tmpfile();
+  ASSERT_NE(resumed_log, nullptr);
+  o.log = resumed_log;  // the resume notes are written even when quiet
+  o.state.every_steps = 1000000;  // the files are read, none is written
+  const auto out = sweep::run_sweep(pairs, o);
+  EXPECT_EQ(out.already, 1u);
+  EXPECT_EQ(out.ran, 3u);
+  std::rewind(resumed_log);
+  std::string text;
+  for (int c; (c = std::fgetc(resumed_log)) != EOF;)
+    text += static_cast<char>(c);
+  size_t resumes = 0;
+  for (size_t at = text.find("resumed at step"); at != std::string::npos;
+       at = text.find("resumed at step", at + 1))
+    ++resumes;
+  EXPECT_EQ(resumes, 2u) << text;
+  EXPECT_EQ(file_records(o.results_path), straight);
+  EXPECT_FALSE(fs::exists(ckpt)) << "checkpoints outlived their groups";
+  std::fclose(log);
+  std::fclose(resumed_log);
+  fs::remove_all(dir);
 }
 
 // A float64 char-LM run of seven groups, one per optimizer family (gauge
