@@ -229,7 +229,8 @@ void add_engine_flags(CLI::App& app, sweep::CommandRequest& r,
   app.add_flag("--quiet", e.quiet, "No progress lines");
   app.add_flag_callback(
       "--no-memory-check", [&e] { e.check_memory = false; },
-      "Run even when the memory estimate exceeds this machine's memory");
+      "Run even when the memory estimate exceeds the memory this process "
+      "may use (the machine's, or its cgroup's limit: SLURM's --mem)");
   // Checkpoints (docs/clusters.md): by time for long runs, never for runs
   // of seconds; the flags set e.state.
   e.state.every_seconds = 60 * 10;

@@ -5,6 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "data/charlm.h"
 #include "data/task.h"
@@ -125,10 +129,73 @@ MemoryEstimate estimate_memory(const twins::PairSpec& s) {
   return m;
 }
 
-double machine_memory_bytes() {
+double cgroup_memory_limit_bytes(const std::string& self_cgroup,
+                                 const std::string& root) {
+  namespace fs = std::filesystem;
+  // A limit file's value; 0 for none ("max", a v1 "unlimited" near 2^63,
+  // missing or unreadable).
+  auto limit_in = [](const fs::path& file) -> double {
+    std::ifstream f(file);
+    std::string text;
+    if (!(f >> text) || text == "max")
+      return 0;
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    return end && *end == '\0' && v > 0 && v < 0x1p62 ? v : 0;
+  };
+  double lowest = 0;
+  // The cgroup's own file and each ancestor's, up to the hierarchy's root.
+  auto walk = [&](const fs::path& top, const std::string& path,
+                  const char* name) {
+    const fs::path rel = fs::path(path).relative_path();
+    fs::path at = rel.empty() ? top : (top / rel).lexically_normal();
+    if (at.filename().empty())  // a trailing "/"
+      at = at.parent_path();
+    // Stops at the root, and at a path that climbed out of it ("..").
+    while (at.string().size() >= top.string().size()) {
+      const double v = limit_in(at / name);
+      if (v > 0 && (lowest == 0 || v < lowest))
+        lowest = v;
+      if (at == top || at == at.parent_path())
+        break;
+      at = at.parent_path();
+    }
+  };
+  std::istringstream lines(self_cgroup);
+  for (std::string line; std::getline(lines, line);) {
+    // "<id>:<controllers>:<path>"
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos)
+      continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    const std::string path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) {
+      walk(fs::path(root), path, "memory.max");
+      walk(fs::path(root) / "unified", path, "memory.max");
+    }
+    std::istringstream names(controllers);
+    for (std::string c; std::getline(names, c, ',');) {
+      if (c == "memory")
+        walk(fs::path(root) / "memory", path, "memory.limit_in_bytes");
+    }
+  }
+  return lowest;
+}
+
+double machine_memory_bytes(bool* capped) {
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long size = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && size > 0 ? double(pages) * double(size) : 0;
+  const double physical =
+      pages > 0 && size > 0 ? double(pages) * double(size) : 0;
+  std::ifstream f("/proc/self/cgroup");
+  std::stringstream self;
+  self << f.rdbuf();
+  const double limit = cgroup_memory_limit_bytes(self.str(), "/sys/fs/cgroup");
+  const bool lower = limit > 0 && (physical == 0 || limit < physical);
+  if (capped)
+    *capped = lower;
+  return lower ? limit : physical;
 }
 
 std::string format_duration(double s) {
@@ -153,7 +220,8 @@ std::string format_bytes(double b) {
 
 void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
                   int jobs, int threads) {
-  const double machine = machine_memory_bytes();
+  bool capped = false;
+  const double machine = machine_memory_bytes(&capped);
   if (machine <= 0 || groups.empty())
     return;
   double worst = 0;
@@ -180,7 +248,11 @@ void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
       at && at->is_charlm()
           ? fmt::format(" ctx {} batch {}", at->ctx, at->batch)
           : std::string(),
-      ") and this machine has ", format_bytes(machine),
+      ") and ",
+      capped ? "this process's cgroup (a job's --mem, a container's limit) "
+               "allows "
+             : "this machine has ",
+      format_bytes(machine),
       "; shrink the model or context, lower --jobs / --threads, or pass "
       "--no-memory-check if you know better");
 }

@@ -29,8 +29,20 @@ struct MemoryEstimate {
 };
 MemoryEstimate estimate_memory(const twins::PairSpec& spec);
 
-// The machine's physical memory in bytes (0 when unknown).
-double machine_memory_bytes();
+// The memory this process may use, in bytes: the machine's physical memory,
+// or less where a cgroup caps it (a SLURM job's --mem, a container's
+// limit); 0 when unknown. `capped`, when given, says whether a cgroup's
+// limit is the smaller.
+double machine_memory_bytes(bool* capped = nullptr);
+
+// The smallest memory limit set on this process's cgroups or their
+// ancestors, given `self_cgroup` (the text of /proc/self/cgroup) and the
+// cgroup file systems' `root` (/sys/fs/cgroup): cgroup v2's memory.max
+// ("0::<path>") and v1's memory.limit_in_bytes ("<n>:memory:<path>",
+// under root/memory). 0 when none is set ("max", or v1's page-rounded
+// 2^63).
+double cgroup_memory_limit_bytes(const std::string& self_cgroup,
+                                 const std::string& root);
 
 // "45 s", "12 min", "3.4 h", "2.1 days"; "unknown" for NaN.
 std::string format_duration(double seconds);

@@ -584,6 +584,67 @@ TEST(Memory, AnImpossibleShapeIsRefusedWithTheEstimate) {
   EXPECT_GT(d.per_model, 4 * 4.0e6 * 4);  // > 4 buffers of ~4M float32s
 }
 
+// The memory a job may use is its cgroup's limit where one is set (SLURM's
+// --mem is one): v1 and v2 layouts as SLURM's cgroup plugins make them,
+// the lowest limit of the cgroup and its ancestors winning, "max" and v1's
+// "unlimited" meaning none.
+TEST(Memory, ACgroupLimitIsTheJobsMemory) {
+  const fs::path top = fresh_dir("cgroup");
+  const fs::path root = top / "fs";  // the cgroup file systems' root
+  auto limit = [&](const std::string& dir, const std::string& file,
+                   const std::string& value) {
+    fs::create_directories(root / dir);
+    spit(root / dir / file, value + "\n");
+  };
+  const std::string unlimited_v1 = "9223372036854771712";
+  // cgroup v1: the job's cgroup holds the limit, its step's and the root's
+  // are unlimited.
+  limit("memory", "memory.limit_in_bytes", unlimited_v1);
+  limit("memory/slurm/uid_0/job_5", "memory.limit_in_bytes", "4294967296");
+  limit("memory/slurm/uid_0/job_5/step_batch", "memory.limit_in_bytes",
+        unlimited_v1);
+  EXPECT_EQ(sweep::cgroup_memory_limit_bytes(
+                "5:cpuacct,memory:/slurm/uid_0/job_5/step_batch\n"
+                "1:cpu:/slurm/uid_0/job_5/step_batch\n",
+                root.string()),
+            4294967296.0);
+  // cgroup v2: a lower limit on the task than on the job wins; "max" is none.
+  limit("", "memory.max", "max");
+  limit("system.slice/slurmstepd.scope/job_7", "memory.max", "2147483648");
+  limit("system.slice/slurmstepd.scope/job_7/step_0/user/task_0", "memory.max",
+        "1073741824");
+  EXPECT_EQ(sweep::cgroup_memory_limit_bytes(
+                "0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n",
+                root.string()),
+            1073741824.0);
+  EXPECT_EQ(sweep::cgroup_memory_limit_bytes(
+                "0::/system.slice/slurmstepd.scope/job_7/step_0\n",
+                root.string()),
+            2147483648.0);
+  // No limit anywhere, no such cgroup, no memory controller, malformed text.
+  EXPECT_EQ(sweep::cgroup_memory_limit_bytes("0::/\n", root.string()), 0);
+  EXPECT_EQ(sweep::cgroup_memory_limit_bytes("4:memory:/\n", root.string()), 0);
+  EXPECT_EQ(sweep::cgroup_memory_limit_bytes("0::/not/there\n4:memory:/x\n",
+                                             root.string()),
+            0);
+  EXPECT_EQ(sweep::cgroup_memory_limit_bytes("3:cpu:/slurm/uid_0/job_5\n",
+                                             root.string()),
+            0);
+  EXPECT_EQ(sweep::cgroup_memory_limit_bytes("garbage", root.string()), 0);
+  // A path climbing out of the root reads nothing outside it.
+  limit("..", "memory.max", "12345");
+  EXPECT_EQ(sweep::cgroup_memory_limit_bytes("0::/../..\n", root.string()), 0);
+  // This process: some memory, never more than the machine's.
+  const double physical =
+      double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+  bool capped = true;
+  const double mine = sweep::machine_memory_bytes(&capped);
+  EXPECT_GT(mine, 0);
+  EXPECT_LE(mine, physical);
+  EXPECT_EQ(capped, mine < physical);
+  fs::remove_all(top);
+}
+
 TEST(Shards, MergedShardsAggregateLikeOneRun) {
   const fs::path dir = fresh_dir("shards");
   const auto pairs = tiny_table3(3);
