@@ -216,10 +216,14 @@ if [[ $mode == requeue ]]; then
   state() { scontrol -o show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1; }
   restarts() { scontrol -o show job "$job" 2>/dev/null | grep -o 'Restarts=[0-9]*' | head -1; }
   reason() { scontrol -o show job "$job" 2>/dev/null | grep -o 'Reason=[A-Za-z_]*' | head -1; }
-  # slurmctld makes a requeued job wait two minutes (its BeginTime) before it
-  # may start again; that wait tests nothing of ours, so each one is ended
-  # here (StartTime=now), and an attempt costs its ~30 s of work, not 150 s.
-  done_=0 released=0
+  # slurmctld makes a requeued job wait two minutes (its BeginTime: the old
+  # attempt's credential lifetime) before it may start again. That wait
+  # tests nothing of ours, so each one is cut short here (StartTime=now) —
+  # but only 5 s after the requeue was seen, with the node idle again:
+  # slurmd refuses a launch within the second its old credential was
+  # revoked ("Job credential revoked"; seen here when released at once).
+  # An attempt then costs its ~30 s of work and ~10 s, not 150 s.
+  done_=0 released=0 seen=-1
   for _ in $(seq 400); do  # 10 minutes at most
     case $(state) in
       JobState=COMPLETED) done_=1; break ;;
@@ -228,7 +232,11 @@ if [[ $mode == requeue ]]; then
       JobState=PENDING)
         n=$(restarts); n=${n#Restarts=}
         if [[ $(reason) == Reason=BeginTime && ${n:-0} -gt $released ]]; then
-          scontrol update JobId="$job" StartTime=now >/dev/null 2>&1 && released=$n
+          ((seen >= 0)) || seen=$SECONDS
+          if ((SECONDS - seen >= 5)) && node_idle &&
+            scontrol update JobId="$job" StartTime=now >/dev/null 2>&1; then
+            released=$n seen=-1
+          fi
         fi ;;
     esac
     sleep 1.5
