@@ -305,6 +305,21 @@ TEST_F(BadCheckpoint, APairTheFileDoesNotHoldIsRefused) {
   EXPECT_NE(error_of(more).find("does not hold pair"), std::string::npos);
 }
 
+// A file that fails late in its reading — after the pairs it holds have
+// been read, at the one it lacks — leaves nothing of itself behind: the
+// restarted group's records are a fresh group's, curves included.
+TEST_F(BadCheckpoint, RestartAfterAPartlyReadFileIsAFreshGroup) {
+  auto more = group_;
+  more.push_back(more[2]);
+  more.back().twin_seed = 889;
+  EXPECT_EQ(error_of(more, /*restart=*/true), "");
+  ASSERT_EQ(notes_.size(), 1u);
+  EXPECT_NE(notes_[0].find("does not hold pair"), std::string::npos)
+      << notes_[0];
+  EXPECT_FALSE(fs::exists(file_));
+  EXPECT_EQ(records(results_), records(twins::run_group(more)));
+}
+
 TEST_F(BadCheckpoint, RestartRemovesItAndStartsAtStepZero) {
   truncate_to(100);
   EXPECT_EQ(error_of(group_, /*restart=*/true), "");
@@ -512,11 +527,16 @@ TEST(CheckpointBinary, SigtermAndSigintCheckpointAndSayWhere) {
 
 TEST(CheckpointBinary, BadCheckpointFlagsAreRefused) {
   const fs::path dir = fresh_dir("ckpt-flags");
-  for (const char* bad : {"--checkpoint-minutes -1", "--checkpoint-minutes x",
-                          "--checkpoint-every 1.5", "--checkpoint-every -2"}) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--checkpoint-minutes -1", "--checkpoint-minutes: -1 is negative"},
+      {"--checkpoint-minutes x", "--checkpoint-minutes: 'x' is not a number"},
+      {"--checkpoint-every 1.5", "--checkpoint-every: 1.5 is not a whole"},
+      {"--checkpoint-every -2", "--checkpoint-every: -2 is not a whole"}};
+  for (const auto& [bad, says] : cases) {
     const auto o = twin_run(std::string("--steps 2 ") + bad, dir);
     EXPECT_NE(o.code, 0) << bad;
     EXPECT_EQ(testing_helpers::count_lines(o.err), 1) << o.err;
+    EXPECT_NE(o.err.find(says), std::string::npos) << o.err;
   }
   fs::remove_all(dir);
 }

@@ -356,6 +356,11 @@ void Lockstep::load_state(torch::serialize::InputArchive& archive,
 
 namespace {
 
+// Thrown by GroupRun::resume when StatePolicy::restart removed an unusable
+// state file: run_group builds the group anew, so that nothing a half-read
+// file put into its models, optimizers or curves survives.
+struct StartAfresh {};
+
 // One group's run through its checkpoints, phase by phase: start (step 0),
 // then segments of training, each followed by the divergence check and, at
 // a checkpoint, the measurements; finally the pairs still live end.
@@ -506,7 +511,7 @@ class GroupRun {
 
   // Resumes from the state file when there is one; false when the group
   // starts at step 0. A file that cannot be used is an error, or with
-  // StatePolicy::restart removed with a note.
+  // StatePolicy::restart removed with a note (then StartAfresh).
   bool resume() {
     const std::string& path = options_.state_file;
     std::error_code ec;
@@ -514,8 +519,6 @@ class GroupRun {
       return false;
     try {
       load(read_state_file(path));
-    } catch (const Stopped&) {
-      throw;
     } catch (const std::exception& e) {
       if (!options_.state.restart)
         throw;
@@ -526,7 +529,7 @@ class GroupRun {
             "{} (removed: --checkpoint-restart; group '{}' starts at step 0)",
             why.substr(0, why.find('\n')), group_label()));
       }
-      return false;
+      throw StartAfresh{};
     }
     if (options_.note) {
       options_.note(fmt::format("group '{}': resumed at step {} from {}",
@@ -704,7 +707,11 @@ class GroupRun {
 std::vector<PairResult> run_group(const std::vector<PairSpec>& specs,
                                   const GroupOptions& options) {
   TORCH_CHECK(!specs.empty(), "Lockstep: no pairs");
-  return GroupRun(specs, options).run();
+  try {
+    return GroupRun(specs, options).run();
+  } catch (const StartAfresh&) {
+    return GroupRun(specs, options).run();  // its file is gone: step 0
+  }
 }
 
 PairResult run_pair(const PairSpec& spec, const Progress& progress,
