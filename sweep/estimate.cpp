@@ -222,6 +222,11 @@ void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
                   int jobs, int threads) {
   bool capped = false;
   const double machine = machine_memory_bytes(&capped);
+  check_memory(groups, jobs, threads, machine, capped);
+}
+
+void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
+                  int jobs, int threads, double machine, bool capped) {
   if (machine <= 0 || groups.empty())
     return;
   double worst = 0;

@@ -55,6 +55,10 @@ std::string format_bytes(double bytes);
 // memory. CUDA groups are not checked (their memory is the GPU's).
 void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
                   int jobs, int threads);
+// The same against `budget` bytes (0: unknown, nothing checked); `capped`:
+// the budget is a cgroup's limit, and the error says so.
+void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
+                  int jobs, int threads, double budget, bool capped);
 
 // The most twins one group of `spec` may hold so that `jobs` such groups
 // with `threads` models training each fit in `budget` bytes; at least 1.

@@ -44,12 +44,7 @@ namespace {
 // ===========================================================================
 // Helpers
 
-using testing_helpers::count_lines;
-using testing_helpers::fresh_dir;
-using testing_helpers::Outcome;
-using testing_helpers::slurp;
-using testing_helpers::spit;
-using testing_helpers::twin_run;
+using namespace testing_helpers;  // tests/binary_helpers.h
 
 
 // Table 3's seven pairs shrunk to mod11, 2 blocks, d 16, 4 heads.
@@ -634,6 +629,32 @@ TEST(Memory, ACgroupLimitIsTheJobsMemory) {
   // A path climbing out of the root reads nothing outside it.
   limit("..", "memory.max", "12345");
   EXPECT_EQ(sweep::cgroup_memory_limit_bytes("0::/../..\n", root.string()), 0);
+  // The refusal names the budget and where it comes from.
+  const auto pairs = sweep::expand([] {
+    sweep::PlanRequest r;
+    r.task = "charlm";
+    r.opts = {"adam"};
+    return r;
+  }());
+  const auto groups = sweep::group_pairs(pairs);
+  auto refusal = [&](double budget, bool capped) -> std::string {
+    try {
+      sweep::check_memory(groups, 1, 1, budget, capped);
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    }
+    return "";
+  };
+  const std::string by_cgroup = refusal(1e9, true);
+  EXPECT_NE(by_cgroup.find("cgroup (a job's --mem, a container's limit) "
+                           "allows 1.0 GB"),
+            std::string::npos)
+      << by_cgroup;
+  const std::string by_machine = refusal(1e9, false);
+  EXPECT_NE(by_machine.find("this machine has 1.0 GB"), std::string::npos)
+      << by_machine;
+  EXPECT_EQ(refusal(1e15, true), "");  // fits
+  EXPECT_EQ(refusal(0, true), "");     // unknown: not checked
   // This process: some memory, never more than the machine's.
   const double physical =
       double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
