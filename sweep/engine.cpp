@@ -167,9 +167,12 @@ std::vector<PairSpec> missing(const ResultsFile& file,
 std::vector<std::vector<PairSpec>> groups_of(const std::vector<PairSpec>& pairs,
                                              const EngineOptions& o) {
   int max_twins = o.max_twins > 0 ? o.max_twins : 1 << 20;
-  const double machine = machine_memory_bytes();
-  if (o.max_twins <= 0 && o.check_memory && machine > 0 && !pairs.empty())
-    max_twins = max_twins_per_group(pairs.front(), o.jobs, o.threads, machine);
+  if (o.max_twins <= 0 && o.check_memory && !pairs.empty()) {
+    const double machine = machine_memory_bytes();
+    if (machine > 0)
+      max_twins =
+          max_twins_per_group(pairs.front(), o.jobs, o.threads, machine);
+  }
   return group_pairs(pairs, o.share, max_twins);
 }
 
@@ -426,6 +429,7 @@ class StopSignals {
     twins::clear_stop();
     struct sigaction sa = {};
     sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;  // other threads' reads and writes go on
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < kSignals.size(); ++i)
       ::sigaction(kSignals[i], &sa, &old_[i]);
