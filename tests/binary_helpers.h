@@ -44,6 +44,9 @@ inline int count_lines(const std::string& s) {
   return n;
 }
 
+// The one-pair run end-to-end cases build on: fast, and a real record.
+inline const std::string kPair = "--opt sgd --steps 1 --quiet";
+
 struct Outcome {
   int code = -1;
   std::string out, err;

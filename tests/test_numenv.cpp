@@ -23,17 +23,10 @@ using nlohmann::json;
 
 namespace {
 
-using testing_helpers::count_lines;
-using testing_helpers::fresh_dir;
-using testing_helpers::Outcome;
-using testing_helpers::slurp;
-using testing_helpers::spit;
-using testing_helpers::twin_run;
+using namespace testing_helpers;  // tests/binary_helpers.h
 
-
-// One fast pair with a real record, and a second pair of the same command
+// kPair (tests/binary_helpers.h), and a second pair of the same command
 // line (so that a resume has something to append).
-const std::string kPair = "--opt sgd --steps 1 --quiet";
 const std::string kTwoPairs = "--opt sgd,adam --steps 1 --quiet";
 
 // The record of `line` with numeric_env.blas_core set to another core than

@@ -26,16 +26,9 @@ using nlohmann::json;
 
 namespace {
 
-using testing_helpers::count_lines;
-using testing_helpers::fresh_dir;
-using testing_helpers::Outcome;
-using testing_helpers::slurp;
-using testing_helpers::spit;
-using testing_helpers::twin_run;
+using namespace testing_helpers;  // tests/binary_helpers.h
 
 
-// The one-pair run every case builds on: fast, and a real record.
-const std::string kPair = "--opt sgd --steps 1 --quiet";
 
 // `args` in `dir` fails with one line on stderr mentioning `mention`.
 void expect_refused(const std::string& args, const std::string& mention,
