@@ -8,6 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "model/fused.h"
+#include "model/generator.h"
 #include "model/small_attention.h"
 
 namespace model {
@@ -283,12 +284,16 @@ void init_by_parameter(TransformerImpl& m, uint64_t seed) {
 
 }  // namespace
 
+std::recursive_mutex& default_generator_mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
+
 Transformer build(const ModelConfig& cfg, uint64_t init_seed,
                   torch::Dtype dtype, const torch::Device& device, Init init) {
   // The initialisers draw from the global generator: serialise builds so
   // that pairs run on concurrent threads still get their seed's weights.
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::recursive_mutex> lock(default_generator_mutex());
   torch::manual_seed(init_seed);
   Transformer m(cfg);
   if (init == Init::kByParameter)

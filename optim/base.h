@@ -34,6 +34,20 @@ namespace optim {
 // rule it would run is the one that wrote the file. Flags are 0 / 1.
 using Hparams = std::vector<std::pair<std::string, double>>;
 
+// A rule whose weights to evaluate differ from the iterate it trains
+// (schedule-free rules: the average x beside the gradient point y). The
+// lockstep swaps every copy to its evaluation weights before a measurement
+// and back to its training iterate after (docs/protocol.md §6); a rule
+// without this interface is measured as it trains.
+class EvaluationWeights {
+ public:
+  virtual ~EvaluationWeights() = default;
+  // Whether this rule has evaluation weights at all.
+  virtual bool has_evaluation_weights() const = 0;
+  virtual void to_evaluation() = 0;  // the weights to measure
+  virtual void to_training() = 0;    // back to the iterate to step
+};
+
 // ---------------------------------------------------------------------------
 // Per-parameter state
 

@@ -116,15 +116,52 @@ struct Lockstep::Copy {
     opt = optim::make_optimizer(spec.opt, param_split(model), spec.lr);
   }
 
-  void step(const data::Batch& batch) {
-    // Gradients are reset to undefined (not zeroed) so that backward
-    // writes them fresh; the same behaviour on LibTorch 1.13 and 2.x.
+  // The loss of `batch` with its gradients written fresh: reset to
+  // undefined (not zeroed), the same behaviour on LibTorch 1.13 and 2.x.
+  torch::Tensor evaluate(const data::Batch& batch) {
     for (auto& p : params)
       p.mutable_grad().reset();
     torch::Tensor loss = model::cross_entropy(model->forward(batch.x), batch.y);
     loss.backward();
-    opt->step();
-    pending.push_back(loss.detach());
+    return loss.detach();
+  }
+
+  // Where the parameters and their gradients are: each one's version
+  // counter and its gradient's identity and version.
+  std::vector<int64_t> versions() const {
+    std::vector<int64_t> v;
+    for (const auto& p : params) {
+      const torch::Tensor& g = p.grad();
+      v.push_back(static_cast<int64_t>(p._version()));
+      v.push_back(g.defined() ? reinterpret_cast<intptr_t>(
+                                    g.unsafeGetTensorImpl())
+                              : 0);
+      v.push_back(g.defined() ? static_cast<int64_t>(g._version()) : -1);
+    }
+    return v;
+  }
+
+  void step(const data::Batch& batch) {
+    const torch::Tensor loss = evaluate(batch);
+    // The closure a rule may call (the SAM family and L-BFGS evaluate the
+    // loss where they have moved the parameters): this batch's loss and
+    // gradients at the parameters as they are. While neither parameters
+    // nor gradients have changed since the evaluation above, that would
+    // reproduce its gradients bit for bit, so its loss is returned as is.
+    const std::vector<int64_t> evaluated = versions();
+    opt->step([&]() -> torch::Tensor {
+      if (versions() == evaluated)
+        return loss;
+      torch::AutoGradMode enable_grad(true);
+      return evaluate(batch);
+    });
+    pending.push_back(loss);
+  }
+
+  // The rule's evaluation weights (schedule-free rules), or none.
+  optim::EvaluationWeights* evaluation_weights() const {
+    auto* w = dynamic_cast<optim::EvaluationWeights*>(opt.get());
+    return w && w->has_evaluation_weights() ? w : nullptr;
   }
 
   // Steps first+1, first+2, ... on `batches`, each reported to `progress`.
@@ -300,6 +337,28 @@ std::vector<int64_t> Lockstep::check_losses() {
     out[i] = bad;
   }
   return out;
+}
+
+void Lockstep::to_evaluation() {
+  for_each_copy([](Copy& c) {
+    if (auto* w = c.evaluation_weights())
+      w->to_evaluation();
+  });
+}
+
+void Lockstep::to_training() {
+  for_each_copy([](Copy& c) {
+    if (auto* w = c.evaluation_weights())
+      w->to_training();
+  });
+}
+
+void Lockstep::for_each_copy(const std::function<void(Copy&)>& f) {
+  f(*reference_);
+  for (auto& t : twins_) {
+    if (t)
+      f(*t);
+  }
 }
 
 Evaluation Lockstep::evaluate_reference() {
@@ -618,7 +677,17 @@ class GroupRun {
 
   // Every live twin against the reference (evaluated once), and head
   // merging at the merge steps.
+  // The measurements of a checkpoint, on the weights each rule evaluates
+  // with (schedule-free rules swap theirs in and back once, for the whole
+  // group: docs/protocol.md §6).
   void checkpoint() {
+    group_.to_evaluation();
+    measure_all();
+    group_.to_training();
+    ++next_;
+  }
+
+  void measure_all() {
     const Evaluation ref = group_.evaluate_reference();
     const bool merge = std::find(merge_at_.begin(), merge_at_.end(),
                                  group_.done()) != merge_at_.end();
@@ -642,7 +711,6 @@ class GroupRun {
             gauges_[i].empty() ? nullptr : &gauges_[i]));
       }
     }
-    ++next_;
   }
 
   // A measurement no finite pair of models gives: the drifts and losses

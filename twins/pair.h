@@ -62,6 +62,13 @@ class Lockstep {
   // the reference's or the twin's loss is not finite (the pair's divergence
   // step), or -1; retired twins get -1.
   std::vector<int64_t> check_losses();
+  // Every live copy whose rule has evaluation weights (schedule-free:
+  // optim::EvaluationWeights) swaps them in, and back to the iterate it
+  // trains; once each per measurement checkpoint, whatever the group's
+  // size, so that a pair's numbers do not depend on its group.
+  void to_evaluation();
+  void to_training();
+
   // The reference on the validation set at the current step.
   Evaluation evaluate_reference();
   // Twin i against the reference at the current step; `reference` is
@@ -94,6 +101,7 @@ class Lockstep {
 
  private:
   struct Copy;
+  void for_each_copy(const std::function<void(Copy&)>& f);  // the live ones
   std::vector<PairSpec> specs_;
   int threads_;
   std::unique_ptr<data::Task> task_;
