@@ -303,7 +303,15 @@ class Slots {
         trains_(trains),
         out_(out),
         sink_(o.results_path),
-        progress_(pairs, groups_.size(), o.quiet, o.log) {}
+        progress_(pairs, groups_.size(), o.quiet, o.log) {
+    if (o_.counts) {
+      o_.counts->pairs = pairs;
+      int64_t steps = 0;
+      for (const auto& g : groups_)
+        steps += g.pairs.front().last_step();
+      o_.counts->steps = steps;
+    }
+  }
 
   void run() {
     // One thread per model: a model's reductions never depend on how many
@@ -355,7 +363,14 @@ class Slots {
         fmt::print(o_.log, "{}\n", line);
       };
     }
-    go.progress = [&](int64_t t) { progress_.step(slot, t); };
+    int64_t counted = 0;  // this group's steps in o_.counts
+    go.progress = [&](int64_t t) {
+      progress_.step(slot, t);
+      if (o_.counts) {
+        o_.counts->steps_done += t - counted;
+        counted = t;
+      }
+    };
     go.pair_done = [&](const twins::PairResult& r, int64_t step,
                        model::Transformer& ref, model::Transformer& twin) {
       record(slot, r, step, ref, twin);
@@ -374,6 +389,8 @@ class Slots {
       throw;
     }
     progress_.finish_group(slot);
+    if (o_.counts)  // a group whose pairs all diverged ends early
+      o_.counts->steps_done += groups_[g].pairs.front().last_step() - counted;
     // Every pair of the group is recorded: its state is of no more use.
     if (!go.state_file.empty()) {
       std::error_code ec;
@@ -393,6 +410,8 @@ class Slots {
       std::lock_guard<std::mutex> lock(mutex_);
       sink_.append(j);
       ++out_->ran;
+      if (o_.counts)
+        ++o_.counts->pairs_done;
     }
     // After the record: a save that fails (a full disk) loses the models,
     // never the measurement.
@@ -507,7 +526,8 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
       try {
         // Saved pairs measured by another runner keep no state: a signal
         // then ends the process as it would without checkpoints.
-        const StopSignals signals(o.state.enabled() && !runner);
+        const StopSignals signals(o.state.enabled() && o.stop_signals &&
+                                  !runner);
         Slots(order(pairs, todo, o), todo.size(), o,
               runner ? runner : train_group,
               !runner, &out)

@@ -19,8 +19,10 @@
 // group, shard, job slot, thread or rerun produced it.
 #pragma once
 
+#include <atomic>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,15 @@ std::vector<twins::PairSpec> shard_of(const std::vector<twins::PairSpec>& pairs,
 // ---------------------------------------------------------------------------
 // Running
 
+// How far a run has come, for a front end that draws its own progress
+// (the Python module's bar): written by the engine's threads, read from any.
+// Steps count each group's steps once (its reference's), resumed steps
+// included.
+struct ProgressCounts {
+  std::atomic<size_t> pairs{0}, pairs_done{0};
+  std::atomic<int64_t> steps{0}, steps_done{0};
+};
+
 struct EngineOptions {
   std::string results_path;  // JSONL; created when the first pair ends
   int jobs = 1;              // groups at once
@@ -83,6 +94,11 @@ struct EngineOptions {
   // ends the process at once). A rerun resumes each group from its file;
   // a group's file is removed when its records are written.
   twins::StatePolicy state;
+  // Whether the engine installs those handlers; a front end that stops the
+  // run itself (twins::request_stop: the Python module) keeps its own.
+  bool stop_signals = true;
+  // When set, the engine keeps these counts up to date.
+  std::shared_ptr<ProgressCounts> counts;
   // Append to a file whose records were written under another numeric
   // environment (twins/environment.h) with a warning instead of an error.
   bool allow_mixed_env = false;

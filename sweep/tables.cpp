@@ -396,7 +396,7 @@ std::vector<std::string> torch_optimizers() {
   // Canonical names (keys sorted, no spaces): lr is each one's rate on the
   // Table-3 model, chosen so that it trains (docs/results.md lists the
   // rates tried).
-  return {R"(torch:Adam{"lr":0.001})",
+  std::vector<std::string> names = {R"(torch:Adam{"lr":0.001})",
           R"(torch:AdamW{"lr":0.001,"weight_decay":0})",
           R"(torch:NAdam{"lr":0.001})",
           R"(torch:RAdam{"lr":0.001})",
@@ -409,6 +409,19 @@ std::vector<std::string> torch_optimizers() {
           R"(torch:SGD{"lr":0.5})",
           R"(torch:SGD{"lr":0.5,"momentum":0.9})",
           R"(torch:SGD{"lr":0.5,"momentum":0.9,"nesterov":true})"};
+  // torch.optim.Muon (PyTorch 2.9+) where the Python's torch has it: at its
+  // default rate, the hidden matrices to Muon and the rest to Adam at 1e-3
+  // (docs/extending.md), as the zoo's muon-torch.
+  const std::string muon = R"(torch:Muon{"lr":0.001})";
+  if (optim::has_resolver(muon)) {
+    try {
+      optim::find_optimizer(muon);
+      names.push_back(muon);
+    } catch (const c10::Error&) {
+      // an older torch: the table is the thirteen above
+    }
+  }
+  return names;
 }
 
 std::vector<double> dial_exponents() {
