@@ -160,7 +160,7 @@ void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
 void add_opt_args(CLI::App& app, std::string& opt_args) {
   app.add_option("--opt-args", opt_args,
                  "Keyword arguments of the Python rules in --opt (torch:NAME, "
-                 "py:FILE.py:NAME), one JSON object, e.g. '{\"momentum\": "
+                 "py:MODULE:NAME, py:FILE.py:NAME), one JSON object, e.g. '{\"momentum\": "
                  "0.9}'; a rule's own arguments (torch:SGD{...}) win "
                  "(docs/extending.md)")
       ->check(non_empty());
@@ -171,7 +171,8 @@ void add_pair_list_flags(CLI::App& app, sweep::CommandRequest& r,
   sweep::PlanRequest& p = r.plan;
   add_names(app, "--opt", p.opts,
             "Optimizers, comma-separated (see --list-optimizers; Python "
-            "rules: torch:NAME, py:FILE.py:NAME). Without --opt and --twin: "
+            "rules: torch:NAME, py:MODULE:NAME, py:FILE.py:NAME). Without "
+            "--opt and --twin: "
             "the seven Table-3 pairs");
   add_opt_args(app, opt_args);
   add_names(app, "--twin", p.twins,

@@ -39,7 +39,8 @@ void print_optimizers() {
                rate(name, "charlm"), info.summary);
   }
   fmt::print("Python rules ({}): torch:NAME (torch.optim.NAME), "
-             "py:FILE.py:NAME, arguments as JSON (--opt-args); "
+             "py:MODULE:NAME, py:FILE.py:NAME, arguments as JSON "
+             "(--opt-args); "
              "docs/extending.md\n",
              bridge::available() ? "this build runs them"
                                  : "not in this build");

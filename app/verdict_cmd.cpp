@@ -18,7 +18,7 @@ CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& f) {
   sweep::PlanRequest& p = f.request.plan;
   add_names(*cmd, "--opt", p.opts,
             "Optimizers to judge, comma-separated (see --list-optimizers; "
-            "Python rules: torch:NAME, py:FILE.py:NAME)")
+            "Python rules: torch:NAME, py:MODULE:NAME, py:FILE.py:NAME)")
       ->required();
   add_opt_args(*cmd, f.opt_args);
   add_reals(*cmd, "--p", p.adam_ps,

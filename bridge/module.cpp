@@ -1,23 +1,39 @@
-// `import twins`: the protocol from Python (docs/extending.md). A front end
-// like twin-run's app/: Python's arguments become a sweep::CommandRequest
-// and go through the one entry point every command uses
-// (sweep::run_command), the verdict through report::judge_all; the rules
-// themselves go through the registry's resolvers (bridge.h). The GIL is
-// released while the engine runs, so that the pairs' C++ training and their
-// Python steps (which take it back) can proceed.
+// `import twins`: the extension twins._core under the package python/twins/
+// (docs/extending.md). A front end like twin-run's app/: the Python
+// package's keyword settings (one dict, read by one table below) become a
+// sweep::CommandRequest and go through the one entry point every command
+// uses (sweep::run_command), the verdict through report::judge_all; the
+// rules themselves go through the registry's resolvers (bridge.h).
+//
+// A run is a Job: the engine runs on a thread of its own while the caller's
+// thread waits in short slices with the GIL released, so that the pairs'
+// C++ training and their Python steps (which take the GIL back) proceed,
+// and Python sees Ctrl-C between two slices (python/twins/_engine.py draws
+// the progress bar and asks the job to stop). A stop makes every running
+// group write its checkpoint and end at its next step (twins/group_state.h):
+// the records written so far stay in the results file and a rerun resumes.
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <torch/version.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
-#include <optional>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #include "bridge/bridge.h"
 #include "bridge/python.h"
+#include "bridge_config.h"
 #include "report/verdict.h"
 #include "sweep/command.h"
+#include "twins/group_state.h"
 
 namespace py = pybind11;
 namespace fs = std::filesystem;
@@ -47,66 +63,82 @@ std::string rule_name(const py::object& opt, const py::object& args) {
   return bridge::register_callable(opt, args_json);
 }
 
-// The settings twins.run and twins.verdict share.
-struct Settings {
-  std::string task;
-  std::optional<int64_t> steps;
-  std::optional<double> lr;
-  std::optional<std::string> dtype;
-  uint64_t init_seed;
-  std::string device;
-  std::optional<int64_t> depth, d_model, heads, mlp;
-  uint64_t data_seed;
-  std::optional<std::string> out;
-  int jobs;
-  std::optional<int> threads;
-  bool progress;
-};
+// ---------------------------------------------------------------------------
+// The keyword settings every entry point shares: one setter per key, each
+// writing its field of the request. An unknown key, or a value of the wrong
+// type, is a one-line error naming it.
 
-sweep::CommandRequest make_request(sweep::CommandKind kind,
-                                   const std::string& opt, const Settings& s) {
-  sweep::CommandRequest r(kind);
-  sweep::PlanRequest& p = r.plan;
-  p.task = s.task;
-  p.opts = {opt};
-  p.init_seeds = {s.init_seed};
-  p.steps = s.steps.value_or(0);
-  p.lr = s.lr.value_or(0);
-  p.dtype = s.dtype.value_or("");
-  p.device = s.device;
-  p.depth = s.depth.value_or(0);
-  p.d_model = s.d_model.value_or(0);
-  p.heads = s.heads.value_or(0);
-  p.mlp = s.mlp.value_or(0);
-  p.data_seed = s.data_seed;
-  r.engine.results_path = s.out.value_or("");
-  r.engine.jobs = s.jobs;
-  r.engine.threads = s.threads.value_or(sweep::default_threads(kind));
-  r.engine.quiet = !s.progress;
-  return r;
+using Setter = std::function<void(sweep::CommandRequest&, const py::handle&)>;
+
+template <typename T>
+T as(const py::handle& value, const char* key) {
+  try {
+    return value.cast<T>();
+  } catch (const py::cast_error&) {
+    TORCH_CHECK(false, "twins: ", key, "=",
+                py::repr(value).cast<std::string>(), " has the wrong type");
+  }
 }
 
-// Runs `request` as twin-run does, into a temporary results file unless one
-// is named. Called with the GIL held; releases it while the engine runs.
-sweep::CommandOutcome run(sweep::CommandRequest request) {
-  std::string temp_dir;
-  if (request.engine.results_path.empty()) {
-    std::string templ = (fs::temp_directory_path() / "twins-XXXXXX").string();
-    TORCH_CHECK(mkdtemp(templ.data()), "twins: cannot create a directory in ",
-                fs::temp_directory_path().string());
-    temp_dir = templ;
-    request.engine.results_path = (fs::path(temp_dir) / "records.jsonl").string();
+const std::map<std::string, Setter>& setters() {
+  using R = sweep::CommandRequest;
+  using H = const py::handle&;
+  static const std::map<std::string, Setter> table = {
+      {"twins", [](R& r, H v) { r.plan.twins = as<std::vector<std::string>>(v, "twins"); }},
+      {"twin_seeds", [](R& r, H v) { r.plan.twin_seeds = as<std::vector<uint64_t>>(v, "twin_seeds"); }},
+      {"noise_scales", [](R& r, H v) {
+         const auto s = as<std::vector<double>>(v, "noise_scales");
+         if (!s.empty())
+           r.plan.noise_scales = s;
+       }},
+      {"task", [](R& r, H v) { r.plan.task = as<std::string>(v, "task"); }},
+      {"steps", [](R& r, H v) { r.plan.steps = as<int64_t>(v, "steps"); }},
+      {"lr", [](R& r, H v) { r.plan.lr = as<double>(v, "lr"); }},
+      {"dtype", [](R& r, H v) { r.plan.dtype = as<std::string>(v, "dtype"); }},
+      {"init_seed", [](R& r, H v) { r.plan.init_seeds = {as<uint64_t>(v, "init_seed")}; }},
+      {"device", [](R& r, H v) { r.plan.device = as<std::string>(v, "device"); }},
+      {"depth", [](R& r, H v) { r.plan.depth = as<int64_t>(v, "depth"); }},
+      {"d_model", [](R& r, H v) { r.plan.d_model = as<int64_t>(v, "d_model"); }},
+      {"heads", [](R& r, H v) { r.plan.heads = as<int64_t>(v, "heads"); }},
+      {"mlp", [](R& r, H v) { r.plan.mlp = as<int64_t>(v, "mlp"); }},
+      {"data_seed", [](R& r, H v) { r.plan.data_seed = as<uint64_t>(v, "data_seed"); }},
+      {"out", [](R& r, H v) { r.engine.results_path = as<std::string>(v, "out"); }},
+      {"jobs", [](R& r, H v) { r.engine.jobs = as<int>(v, "jobs"); }},
+      {"threads", [](R& r, H v) { r.engine.threads = as<int>(v, "threads"); }},
+      {"progress", [](R& r, H v) { r.engine.quiet = !as<bool>(v, "progress"); }},
+  };
+  return table;
+}
+
+sweep::CommandKind command_kind(const std::string& kind) {
+  if (kind == "run")
+    return sweep::CommandKind::kRun;
+  TORCH_CHECK(kind == "verdict", "twins: unknown command '", kind,
+              "' (run, verdict)");
+  return sweep::CommandKind::kVerdict;
+}
+
+// The request of `kind` for rule `opt` with `settings` (a dict of the keys
+// above). Checkpoints are on as in twin-run (every 10 minutes), so that a
+// stop writes every running group's state and a rerun resumes it; Python
+// keeps its own signal handlers (the job is stopped by stop()).
+sweep::CommandRequest make_request(const std::string& kind,
+                                   const std::string& opt,
+                                   const py::dict& settings) {
+  sweep::CommandRequest r(command_kind(kind));
+  r.plan.opts = {opt};
+  r.engine.threads = sweep::default_threads(r.kind);
+  r.engine.quiet = true;
+  r.engine.state.every_seconds = 600;
+  r.engine.stop_signals = false;
+  for (const auto& [key, value] : settings) {
+    const std::string name = py::str(key);
+    auto it = setters().find(name);
+    TORCH_CHECK(it != setters().end(), "twins: unknown setting '", name, "'");
+    if (!value.is_none())
+      it->second(r, value);
   }
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      std::error_code ec;
-      if (!dir.empty())
-        fs::remove_all(dir, ec);
-    }
-  } cleanup{temp_dir};
-  py::gil_scoped_release release;
-  return sweep::run_command(request);
+  return r;
 }
 
 py::list records_of(const sweep::CommandOutcome& o) {
@@ -162,17 +194,153 @@ std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
+std::string make_temp_dir() {
+  std::string templ = (fs::temp_directory_path() / "twins-XXXXXX").string();
+  TORCH_CHECK(mkdtemp(templ.data()), "twins: cannot create a directory in ",
+              fs::temp_directory_path().string());
+  return templ;
+}
+
+// ---------------------------------------------------------------------------
+// Job: one command on a thread of its own.
+
+class Job {
+ public:
+  explicit Job(sweep::CommandRequest request)
+      : request_(std::move(request)),
+        counts_(std::make_shared<sweep::ProgressCounts>()) {
+    if (request_.engine.results_path.empty()) {
+      temp_dir_ = make_temp_dir();
+      request_.engine.results_path =
+          (fs::path(temp_dir_) / "records.jsonl").string();
+    }
+    request_.engine.counts = counts_;
+    twins::clear_stop();
+    thread_ = std::thread([this] { work(); });
+  }
+
+  ~Job() {
+    if (thread_.joinable()) {
+      // Collected while running (an error in the caller's wait): the
+      // groups stop at their next step, which may need the GIL.
+      twins::request_stop(SIGINT);
+      if (PyGILState_Check()) {
+        py::gil_scoped_release release;
+        thread_.join();
+      } else {
+        thread_.join();
+      }
+    }
+    // A stopped run's temporary file is kept: its path was named.
+    if (!temp_dir_.empty() && !stopped_) {
+      std::error_code ec;
+      fs::remove_all(temp_dir_, ec);
+    }
+  }
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  // Whether the run has ended, waiting at most `seconds` (GIL released).
+  bool wait(double seconds) {
+    py::gil_scoped_release release;
+    std::unique_lock<std::mutex> lock(mutex_);
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration<double>(std::max(0.0, seconds));
+    cv_.wait_until(lock, until, [this] { return done_; });
+    if (done_ && thread_.joinable())
+      thread_.join();
+    return done_;
+  }
+
+  // (pairs, pairs done, group-steps, group-steps done) so far.
+  py::tuple counts() const {
+    return py::make_tuple(counts_->pairs.load(), counts_->pairs_done.load(),
+                          counts_->steps.load(), counts_->steps_done.load());
+  }
+
+  // Asks every running group to write its state and end at its next step.
+  void stop() { twins::request_stop(SIGINT); }
+
+  // The line that says where the records and the groups' states are.
+  std::string stopped_message() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!stopped_)
+      return "stopped";
+    return fmt::format("{}; rerun with out='{}' to resume", stop_text_,
+                       request_.engine.results_path);
+  }
+
+  // The records (and, for a verdict, the verdict), or the run's error.
+  py::dict result() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(done_, "twins: the run has not ended");
+    if (error_)
+      std::rethrow_exception(error_);
+    py::dict d;
+    d["records"] = records_of(outcome_);
+    d["results_path"] = temp_dir_.empty() ? request_.engine.results_path : "";
+    if (request_.kind == sweep::CommandKind::kVerdict) {
+      const std::vector<report::Verdict> v =
+          report::judge_all(outcome_.results());
+      TORCH_CHECK(v.size() == 1, "twins.verdict: ", v.size(),
+                  " verdicts from ", outcome_.run.records.size(), " records");
+      d["verdict"] = verdict_dict(v.front());
+    }
+    return d;
+  }
+
+ private:
+  void work() {
+    sweep::CommandOutcome outcome;
+    std::exception_ptr error;
+    bool stopped = false;
+    std::string stop_text;
+    try {
+      outcome = sweep::run_command(request_);
+    } catch (const twins::Stopped& e) {
+      stopped = true;
+      stop_text = e.what();
+      error = std::current_exception();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    outcome_ = std::move(outcome);
+    error_ = error;
+    stopped_ = stopped;
+    stop_text_ = stop_text;
+    done_ = true;
+    cv_.notify_all();
+  }
+
+  sweep::CommandRequest request_;
+  std::shared_ptr<sweep::ProgressCounts> counts_;
+  std::string temp_dir_;
+  std::thread thread_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false, stopped_ = false;
+  std::string stop_text_;
+  std::exception_ptr error_;
+  sweep::CommandOutcome outcome_;
+};
+
+std::unique_ptr<Job> start(const std::string& kind, const py::object& opt,
+                           const py::object& args, const py::dict& settings) {
+  sweep::CommandRequest request =
+      make_request(kind, rule_name(opt, args), settings);
+  return std::make_unique<Job>(std::move(request));
+}
+
 }  // namespace
 
-PYBIND11_MODULE(twins, m) {
+PYBIND11_MODULE(_core, m) {
   m.doc() =
-      "The attention-twin protocol (docs/protocol.md) from Python: "
-      "twins.verdict(rule) and twins.run(rule). A rule is a built-in name "
-      "('adam'), a torch.optim name ('torch:Adam'), a file rule "
-      "('py:FILE.py:NAME'), or a torch.optim.Optimizer subclass or factory "
-      "defined in Python, built as rule(param_groups, lr=lr, **args); the "
-      "named parameter groups are described in docs/extending.md.";
-  py::module_::import("torch");  // the tensor type the rules receive
+      "The C++ side of `import twins` (python/twins/): rules resolved and "
+      "registered, commands run as jobs. Use the package's twins.run, "
+      "twins.verdict and twins.plot.";
+  py::object torch = py::module_::import("torch");
+  bridge::check_torch_version(torch.attr("__version__").cast<std::string>());
   bridge::install();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -183,6 +351,8 @@ PYBIND11_MODULE(twins, m) {
                       first_line(e.what_without_backtrace()).c_str());
     }
   });
+  m.attr("__version__") = TWINS_VERSION;
+  m.attr("torch_version") = bridge::built_torch_version();
 
   m.def(
       "resolve",
@@ -192,81 +362,20 @@ PYBIND11_MODULE(twins, m) {
       py::arg("opt"), py::arg("args") = py::none(),
       "The registered name of a rule: its identity in the records.");
 
-  m.def(
-      "run",
-      [](const py::object& opt, const std::vector<std::string>& twin_kinds,
-         const py::object& args, const std::string& task,
-         std::optional<int64_t> steps, std::optional<double> lr,
-         std::optional<std::string> dtype, uint64_t init_seed,
-         std::vector<uint64_t> twin_seeds, std::vector<double> noise_scales,
-         const std::string& device, std::optional<int64_t> depth,
-         std::optional<int64_t> d_model, std::optional<int64_t> heads,
-         std::optional<int64_t> mlp, uint64_t data_seed,
-         std::optional<std::string> out, int jobs, std::optional<int> threads,
-         bool progress) {
-        const Settings s{task,      steps, lr,      dtype,   init_seed,
-                         device,    depth, d_model, heads,   mlp,
-                         data_seed, out,   jobs,    threads, progress};
-        sweep::CommandRequest r =
-            make_request(sweep::CommandKind::kRun, rule_name(opt, args), s);
-        r.plan.twins = twin_kinds;
-        r.plan.twin_seeds = twin_seeds;
-        if (!noise_scales.empty())
-          r.plan.noise_scales = noise_scales;
-        return records_of(run(std::move(r)));
-      },
-      py::arg("opt"), py::kw_only(),
-      py::arg("twins") = std::vector<std::string>{"gauge"},
-      py::arg("args") = py::none(), py::arg("task") = "mod47",
-      py::arg("steps") = py::none(), py::arg("lr") = py::none(),
-      py::arg("dtype") = py::none(), py::arg("init_seed") = 42,
-      py::arg("twin_seeds") = std::vector<uint64_t>{},
-      py::arg("noise_scales") = std::vector<double>{},
-      py::arg("device") = "cpu", py::arg("depth") = py::none(),
-      py::arg("d_model") = py::none(), py::arg("heads") = py::none(),
-      py::arg("mlp") = py::none(), py::arg("data_seed") = 42,
-      py::arg("out") = py::none(), py::arg("jobs") = 1,
-      py::arg("threads") = py::none(), py::arg("progress") = false,
-      "Trains the pairs of `opt` (one per twin kind, seed and noise scale) "
-      "as `twin-run --opt` does and returns their records as dicts, the "
-      "JSONL schema of docs/output-format.md. With out=PATH the records go "
-      "there and a rerun resumes; without, a temporary file is used.");
+  py::class_<Job>(m, "Job", "A command running on a thread of its own.")
+      .def("wait", &Job::wait, py::arg("seconds"),
+           "Whether it has ended, waiting at most this long.")
+      .def("counts", &Job::counts,
+           "(pairs, pairs done, group-steps, group-steps done).")
+      .def("stop", &Job::stop,
+           "Every running group writes its checkpoint and ends at its next "
+           "step.")
+      .def("stopped_message", &Job::stopped_message)
+      .def("result", &Job::result,
+           "{'records': [...], 'verdict': {...}}, or the run's error.");
 
-  m.def(
-      "verdict",
-      [](const py::object& opt, const py::object& args, const std::string& task,
-         std::optional<int64_t> steps, std::optional<double> lr,
-         std::optional<std::string> dtype, uint64_t init_seed,
-         const std::string& device, std::optional<int64_t> depth,
-         std::optional<int64_t> d_model, std::optional<int64_t> heads,
-         std::optional<int64_t> mlp, uint64_t data_seed,
-         std::optional<std::string> out, int jobs, std::optional<int> threads,
-         bool progress) {
-        const Settings s{task,      steps, lr,      dtype,   init_seed,
-                         device,    depth, d_model, heads,   mlp,
-                         data_seed, out,   jobs,    threads, progress};
-        const sweep::CommandOutcome o = run(make_request(
-            sweep::CommandKind::kVerdict, rule_name(opt, args), s));
-        const std::vector<report::Verdict> v =
-            report::judge_all(o.results());
-        TORCH_CHECK(v.size() == 1, "twins.verdict: ", v.size(),
-                    " verdicts from ", o.run.records.size(), " records");
-        py::dict d = verdict_dict(v.front());
-        d["records"] = records_of(o);
-        return d;
-      },
-      py::arg("opt"), py::kw_only(), py::arg("args") = py::none(),
-      py::arg("task") = "mod47", py::arg("steps") = py::none(),
-      py::arg("lr") = py::none(), py::arg("dtype") = py::none(),
-      py::arg("init_seed") = 42, py::arg("device") = "cpu",
-      py::arg("depth") = py::none(), py::arg("d_model") = py::none(),
-      py::arg("heads") = py::none(), py::arg("mlp") = py::none(),
-      py::arg("data_seed") = 42, py::arg("out") = py::none(),
-      py::arg("jobs") = 1, py::arg("threads") = py::none(),
-      py::arg("progress") = false,
-      "The equivariance verdict of `opt` (docs/protocol.md §10), as "
-      "`twin-run verdict` gives it: its gauge, identity, noise 1e-7 and "
-      "noise 1e-5 twins, judged. Returns a dict: verdict (the label), class, "
-      "predicted, as_predicted, the figures it rests on, line (twin-run "
-      "verdict's line) and records.");
+  m.def("start", &start, py::arg("kind"), py::arg("opt"), py::arg("args"),
+        py::arg("settings"),
+        "Starts command `kind` ('run' or 'verdict') for rule `opt` with its "
+        "JSON-able `args` and the keyword `settings` of twins.run.");
 }

@@ -60,23 +60,42 @@ bool is_hash(const std::string& s) {
 // ASGD, whose step size is a scalar schedule and whose average is not the
 // model). Every rule that divides, clips or signs coordinate by coordinate
 // is basis-dependent: Adam, AdamW, NAdam, RAdam (after its first steps,
-// which are momentum SGD), Adamax, Adagrad, Adadelta, RMSprop, Rprop.
+// which are momentum SGD), Adamax, Adagrad, Adadelta, RMSprop, Rprop; so is
+// LBFGS, whose first step size divides by the L1 norm of the gradient.
 optim::Equivariance torch_prediction(const std::string& cls) {
-  return cls == "SGD" || cls == "ASGD" ? optim::Equivariance::kEquivariant
-                                       : optim::Equivariance::kBasisDependent;
+  // Muon (2.9+): Newton-Schulz on each whole matrix, NS(B G) = B NS(G),
+  // and Adam only on parameters the gauge does not touch.
+  return cls == "SGD" || cls == "ASGD" || cls == "Muon"
+             ? optim::Equivariance::kEquivariant
+             : optim::Equivariance::kBasisDependent;
 }
 
 const char kUsage[] =
-    " (expected torch:NAME or py:FILE.py:NAME, optionally followed by JSON "
-    "arguments: torch:SGD{\"momentum\": 0.9})";
+    " (expected torch:NAME, py:MODULE:NAME or py:FILE.py:NAME, optionally "
+    "followed by JSON arguments: torch:SGD{\"momentum\": 0.9})";
 
 // A name taken apart: prefix kind, file, class or factory, the hash a
 // canonical py: name carries, the inline JSON arguments.
 struct Parsed {
   Rule::Kind kind = Rule::Kind::kTorch;
   std::string path, target, hash;
+  std::string dist;  // kModule: "distribution==version" of a canonical name
   json args = json::object();
 };
+
+// A module is named by dotted Python names; anything else before the
+// class is a file (FILE.py, or a path).
+bool is_module_name(const std::string& s) {
+  size_t start = 0;
+  while (true) {
+    const size_t dot = s.find('.', start);
+    if (!is_identifier(s.substr(start, dot - start)))
+      return false;
+    if (dot == std::string::npos)
+      return true;
+    start = dot + 1;
+  }
+}
 
 json parse_object(const std::string& text, const std::string& rule) {
   json j;
@@ -125,6 +144,23 @@ Parsed parse(const std::string& name) {
       p.hash = p.path.substr(hash + 1);
       p.path.resize(hash);
     }
+    // A module's canonical name carries its distribution in brackets:
+    // py:timm.optim[timm==1.0.31]:Lamb.
+    const size_t bracket = p.path.find('[');
+    if (p.hash.empty() && bracket != std::string::npos &&
+        p.path.back() == ']') {
+      p.dist = p.path.substr(bracket + 1, p.path.size() - bracket - 2);
+      p.path.resize(bracket);
+      TORCH_CHECK(p.dist.find("==") != std::string::npos,
+                  "Malformed Python rule name: '", name, "': [", p.dist,
+                  "] is not [DISTRIBUTION==VERSION]", kUsage);
+    }
+    if (is_module_name(p.path)) {
+      p.kind = Rule::Kind::kModule;
+    } else {
+      TORCH_CHECK(p.dist.empty(), "Malformed Python rule name: '", name,
+                  "': '", p.path, "' is not a module name", kUsage);
+    }
   } else {
     TORCH_CHECK(false, "Malformed Python rule name: '", name, "'", kUsage);
   }
@@ -145,6 +181,15 @@ std::string torch_name(const Parsed& p) {
 
 std::string file_name(const Parsed& p, const std::string& hash) {
   return fmt::format("{}{}#{}:{}{}", kFilePrefix, p.path, hash, p.target,
+                     args_text(p.args));
+}
+
+// py:MODULE[DIST==VERSION]:NAME, or py:MODULE#HASH:NAME for a module no
+// installed distribution provides (HASH over the file defining NAME).
+std::string module_name(const Parsed& p, const std::string& identity) {
+  const bool dist = identity.find("==") != std::string::npos;
+  return fmt::format("{}{}{}{}{}:{}{}", kFilePrefix, p.path,
+                     dist ? "[" : "#", identity, dist ? "]" : "", p.target,
                      args_text(p.args));
 }
 
@@ -291,6 +336,73 @@ optim::OptimizerInfo resolve_file(const std::string& name) {
   }
 }
 
+// The identity a module's rule carries: "DIST==VERSION", or the hash of
+// the file defining NAME where no installed distribution provides the
+// module. Throws naming the rule when the module does not import or does
+// not define NAME. GIL held.
+std::string module_identity(const Parsed& p, const std::string& rule) {
+  try {
+    return conventions()
+        .attr("module_identity")(p.path, p.target)
+        .cast<std::string>();
+  } catch (const py::error_already_set& e) {
+    TORCH_CHECK(false, rule, ": ", python_error(e));
+  }
+}
+
+// A canonical name's distribution or hash against what is installed now.
+void check_identity(const Parsed& p, const std::string& identity,
+                    const std::string& rule) {
+  const std::string named = p.dist.empty() ? p.hash : p.dist;
+  TORCH_CHECK(named.empty() || named == identity, rule,
+              ": the name was recorded with ", named, " and this Python has ",
+              identity, " (another release never resumes into the records)");
+}
+
+optim::OptimizerInfo resolve_module(const std::string& name, Parsed p) {
+  TORCH_CHECK(!p.dist.empty() || !p.hash.empty(), "Python rule '", name,
+              "' names no distribution (its canonical form is "
+              "py:MODULE[DIST==VERSION]:NAME; bridge::resolve_rule gives it)");
+  auto rule = std::make_shared<Rule>();
+  rule->kind = Rule::Kind::kModule;
+  rule->target = p.target;
+  rule->path = p.path;
+  rule->args_json = args_text(p.args);
+  ensure_interpreter();
+  py::gil_scoped_acquire gil;
+  const std::string identity = module_identity(p, name);
+  check_identity(p, identity, name);
+  rule->name = fail_unless_canonical(name, module_name(p, identity));
+  try {
+    py::object fn = rule->callable();
+    py::object base = py::module_::import("torch.optim").attr("Optimizer");
+    TORCH_CHECK(!py::isinstance<py::type>(fn) ||
+                    PyObject_IsSubclass(fn.ptr(), base.ptr()) == 1,
+                name, ": '", p.target,
+                "' is a class but not a torch.optim.Optimizer");
+    std::string summary = fmt::format(
+        "{} of {} ({}){}", p.target, p.path, identity,
+        rule->args_json.empty() ? "" : " with " + rule->args_json);
+    py::dict defaults = conventions().attr("signature_defaults")(fn);
+    for (const auto& [k, v] : p.args.items())
+      defaults[py::str(k)] = py::module_::import("json").attr("loads")(v.dump());
+    return rule_info(
+        rule, std::move(summary),
+        stated_prediction(fn, optim::Equivariance::kBasisDependent, name),
+        numeric_hparams(defaults), default_rate(p, fn));
+  } catch (const py::error_already_set& e) {
+    TORCH_CHECK(false, name, ": ", python_error(e));
+  }
+}
+
+// py: names: a module's rule or a file's.
+optim::OptimizerInfo resolve_python(const std::string& name) {
+  Parsed p = parse(name);
+  if (p.kind == Rule::Kind::kModule)
+    return resolve_module(name, std::move(p));
+  return resolve_file(name);
+}
+
 // The entries of the rules register_callable made, until the registry
 // asks for them.
 std::mutex callables_mutex;
@@ -325,7 +437,7 @@ void install() {
       };
     };
     optim::register_resolver(kTorchPrefix, wrap(resolve_torch));
-    optim::register_resolver(kFilePrefix, wrap(resolve_file));
+    optim::register_resolver(kFilePrefix, wrap(resolve_python));
     optim::register_resolver(kCallablePrefix, wrap(resolve_callable));
   });
 }
@@ -333,7 +445,7 @@ void install() {
 std::string resolve_rule(const std::string& name,
                          const std::string& args_json) {
   TORCH_CHECK(is_python_rule(name), "Not a Python rule name: '", name,
-              "' (torch:NAME or py:FILE.py:NAME)");
+              "' (torch:NAME, py:MODULE:NAME or py:FILE.py:NAME)");
   install();
   if (starts_with(name, kCallablePrefix)) {
     TORCH_CHECK(args_json.empty(), "Python rule '", name,
@@ -353,6 +465,13 @@ std::string resolve_rule(const std::string& name,
   std::string canonical;
   if (p.kind == Rule::Kind::kTorch) {
     canonical = torch_name(p);
+  } else if (p.kind == Rule::Kind::kModule) {
+    ensure_interpreter();
+    py::gil_scoped_acquire gil;
+    const std::string identity = module_identity(p, name);
+    check_identity(p, identity, name);
+    p.hash.clear();
+    canonical = module_name(p, identity);
   } else {
     p.path = fs::path(p.path).lexically_normal().string();
     TORCH_CHECK(fs::is_regular_file(p.path), name, ": no such file '", p.path,

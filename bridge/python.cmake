@@ -22,8 +22,26 @@ elseif(NOT Python3_Development_FOUND)
 endif()
 # pybind11 only after a Python was found: without one its config falls back
 # to its own Python search, which stops the configuration on failure.
+# The Python's own pybind11 first (pip's, in a venv), else the system's.
 if(Python3_Interpreter_FOUND AND Python3_Development_FOUND)
-  find_package(pybind11 2.6 CONFIG QUIET)
+  # A wheel's LibTorch config has already run find_package(Python) for its
+  # interpreter alone; pybind11 then builds with Python_* (not Python3_*)
+  # and needs its development part: the same Python, found whole.
+  if(Python_FOUND OR DEFINED Python_EXECUTABLE)
+    set(Python_EXECUTABLE "${Python3_EXECUTABLE}")
+    find_package(Python 3.8 COMPONENTS Interpreter Development QUIET)
+  endif()
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} -c "import pybind11; print(pybind11.get_cmake_dir())"
+    RESULT_VARIABLE _twins_pb_rc OUTPUT_VARIABLE _twins_pb_dir ERROR_QUIET
+    OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(_twins_pb_rc EQUAL 0 AND EXISTS "${_twins_pb_dir}")
+    find_package(pybind11 2.6 CONFIG QUIET HINTS "${_twins_pb_dir}"
+                 NO_DEFAULT_PATH)
+  endif()
+  if(NOT pybind11_FOUND)
+    find_package(pybind11 2.6 CONFIG QUIET)
+  endif()
 endif()
 if(Python3_Interpreter_FOUND AND NOT pybind11_FOUND)
   list(APPEND _twins_py_missing "pybind11-dev")
@@ -31,7 +49,7 @@ endif()
 if(Python3_Interpreter_FOUND)
   execute_process(
     COMMAND ${Python3_EXECUTABLE} -c
-      "import os, sysconfig, torch; print(torch.__version__); print(os.path.dirname(torch.__file__)); print(sysconfig.get_path('platlib'))"
+      "import glob, os, sysconfig, torch; t = os.path.dirname(torch.__file__); p = sysconfig.get_path('platlib'); print(torch.__version__); print(t); print(p); print(os.path.relpath(p, sysconfig.get_path('scripts'))); print(sysconfig.get_config_var('LIBDIR') or ''); print(','.join(os.path.relpath(d, p) for d in [os.path.join(t, 'lib')] + sorted(glob.glob(os.path.join(os.path.dirname(t), 'nvidia', '*', 'lib')))))"
     RESULT_VARIABLE _twins_py_rc OUTPUT_VARIABLE _twins_py_out ERROR_QUIET
     OUTPUT_STRIP_TRAILING_WHITESPACE)
 endif()
@@ -44,6 +62,14 @@ else()
   list(GET _twins_py_out 0 _twins_py_torch_version)
   list(GET _twins_py_out 1 _twins_py_torch_dir)
   list(GET _twins_py_out 2 TWINS_PYTHON_PLATLIB)
+  # For an installed twin-run (pyproject.toml): where the environment's
+  # site-packages is from its scripts folder, the torch and CUDA library
+  # folders inside site-packages, and the Python's own library folder.
+  list(GET _twins_py_out 3 TWINS_PYTHON_SCRIPTS_TO_PLATLIB)
+  list(GET _twins_py_out 4 TWINS_PYTHON_LIBDIR)
+  list(GET _twins_py_out 5 TWINS_PYTHON_TORCH_LIBDIRS)
+  string(REPLACE "," ";" TWINS_PYTHON_TORCH_LIBDIRS "${TWINS_PYTHON_TORCH_LIBDIRS}")
+  set(TWINS_PYTHON_TORCH_VERSION "${_twins_py_torch_version}")
   string(REGEX MATCH "^[0-9]+\\.[0-9]+" _twins_py_mm "${_twins_py_torch_version}")
   string(REGEX MATCH "^[0-9]+\\.[0-9]+" _twins_lt_mm "${Torch_VERSION}")
   find_library(TWINS_TORCH_PYTHON_LIBRARY torch_python

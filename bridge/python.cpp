@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <mutex>
 
 #include "bridge/python_optimizer.h"
+#include "bridge_config.h"
+#include "conventions_py.h"
 
 namespace bridge {
 
@@ -29,8 +32,45 @@ struct Embedded {
 
 std::mutex start_mutex;
 
+constexpr char kConventionsModule[] = "_twins_conventions";
+
 std::string first_line(const std::string& s) {
   return s.substr(0, s.find('\n'));
+}
+
+// The Python whose environment the embedded interpreter takes (its
+// sys.prefix, site-packages and torch): the python beside this executable
+// where there is one (twin-run installed by pip into an environment's
+// bin/), else the one the build was configured with.
+std::string interpreter_path() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const char* name : {"python3", "python"}) {
+      const fs::path beside = exe.parent_path() / name;
+      if (fs::exists(beside, ec))
+        return beside.string();
+    }
+  }
+  return TWINS_PYTHON_EXECUTABLE;
+}
+
+// Starts the interpreter as `python` would start (so that it finds that
+// Python's environment), without Python's signal handlers.
+void start_interpreter(const std::string& python) {
+  PyConfig config;
+  PyConfig_InitPythonConfig(&config);
+  config.install_signal_handlers = 0;
+  config.parse_argv = 0;
+  PyStatus status =
+      PyConfig_SetBytesString(&config, &config.program_name, python.c_str());
+  if (!PyStatus_Exception(status))
+    status = Py_InitializeFromConfig(&config);
+  PyConfig_Clear(&config);
+  TORCH_CHECK(!PyStatus_Exception(status),
+              "Python rules: starting Python ", PY_VERSION, " as ", python,
+              " failed: ", status.err_msg ? status.err_msg : "?");
 }
 
 }  // namespace
@@ -40,16 +80,57 @@ void ensure_interpreter() {
   static Embedded embedded;
   if (embedded.parked || Py_IsInitialized())
     return;
-  py::initialize_interpreter(/*init_signal_handlers=*/false);
+  const std::string python = interpreter_path();
+  start_interpreter(python);
   std::string error;
   try {
-    py::module_::import("torch");
+    py::object torch = py::module_::import("torch");
+    check_torch_version(torch.attr("__version__").cast<std::string>());
+    // A rule's print() goes to stderr with the progress lines: stdout
+    // stays the summary a script reads.
+    py::module_ sys = py::module_::import("sys");
+    sys.attr("stdout") = sys.attr("stderr");
   } catch (const py::error_already_set& e) {
-    error = python_error(e);
+    error = fmt::format("'import torch' failed in Python {} ({}): {}",
+                        PY_VERSION, python, python_error(e));
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();
   }
   embedded.parked = PyEval_SaveThread();
-  TORCH_CHECK(error.empty(), "Python rules: 'import torch' failed in Python ",
-              PY_VERSION, ": ", error);
+  TORCH_CHECK(error.empty(), "Python rules: ", error);
+}
+
+std::string built_torch_version() {
+  return TWINS_BUILT_TORCH_VERSION;
+}
+
+void check_torch_version(const std::string& imported) {
+  TORCH_CHECK(imported == TWINS_BUILT_TORCH_VERSION,
+              "twins was built against torch ", TWINS_BUILT_TORCH_VERSION,
+              " and this Python imports torch ", imported,
+              ": rebuild it in this environment (pip install "
+              "--no-build-isolation --force-reinstall twins' checkout, "
+              "docs/extending.md)");
+}
+
+py::object conventions() {
+  py::object modules = py::module_::import("sys").attr("modules");
+  if (modules.contains(kConventionsModule))
+    return modules[kConventionsModule];
+  py::object module =
+      py::module_::import("types").attr("ModuleType")(kConventionsModule);
+  module.attr("__file__") = "bridge/conventions.py";
+  modules[kConventionsModule] = module;
+  py::module_ builtins = py::module_::import("builtins");
+  try {
+    py::object code = builtins.attr("compile")(py::str(kConventionsPy),
+                                               "bridge/conventions.py", "exec");
+    builtins.attr("exec")(code, module.attr("__dict__"));
+  } catch (...) {
+    modules.attr("pop")(kConventionsModule);
+    throw;
+  }
+  return module;
 }
 
 std::string python_error(const py::error_already_set& e) {
@@ -71,6 +152,8 @@ py::object Rule::callable() const {
       return py::module_::import("torch.optim").attr(target.c_str());
     case Kind::kFile:
       return load_module().attr(target.c_str());
+    case Kind::kModule:
+      return py::module_::import(path.c_str()).attr(target.c_str());
     case Kind::kCallable:
       return py::module_::import("_twins_rules").attr("rules")[name.c_str()];
   }

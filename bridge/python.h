@@ -22,6 +22,17 @@ namespace py = pybind11;
 // import.
 void ensure_interpreter();
 
+// The torch version this build was compiled against (the build's Python's
+// torch), and a one-line error when `imported`, the torch a Python
+// imports, is another: LibTorch's C++ types must be the very ones of the
+// torch whose libtorch_python wraps them.
+std::string built_torch_version();
+void check_torch_version(const std::string& imported);
+
+// The module of bridge/conventions.py (compiled into the bridge), executed
+// once per interpreter. GIL held.
+py::object conventions();
+
 // "TypeError: message" (the message's first line) of the Python exception
 // `e`, with the GIL held.
 std::string python_error(const py::error_already_set& e);
@@ -32,12 +43,14 @@ struct Rule {
   enum class Kind {
     kTorch,     // torch.optim.<target>
     kFile,      // <target> defined in the file `path` (content `source`)
+    kModule,    // <target> of the importable module `path`
     kCallable,  // the Python callable registered under `name`
   };
   Kind kind = Kind::kTorch;
   std::string name;       // the canonical (registered) name
   std::string target;     // the class or factory name
-  std::string path;       // kFile: the file as named (normalised)
+  std::string path;       // kFile: the file as named (normalised);
+                          // kModule: the module's dotted name
   std::string source;     // kFile: its content when resolved: what runs
   std::string args_json;  // canonical JSON object of the keyword arguments
 

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "bridge/python.h"
+#include "model/generator.h"
 
 namespace bridge {
 
@@ -111,9 +112,50 @@ std::vector<ParamGroupInfo> param_groups(const optim::ParamSplit& p) {
 // ---------------------------------------------------------------------------
 
 struct PythonOptimizer::State {
-  py::object optimizer;
-  py::object step;
+  py::object rule;  // conventions.Rule: the optimizer, its stream, checks
+  bool modes = false;
 };
+
+namespace {
+
+// What conventions.make needs of the model beyond the groups: the widths
+// a library may ask for by name (adam-mini's dim and n_heads).
+py::dict model_info(const std::vector<ParamGroupInfo>& groups) {
+  py::dict d;
+  int64_t layers = 0;
+  for (const auto& g : groups) {
+    if (g.role == "wq") {
+      d["d_model"] = g.param.size(0);
+      d["heads"] = g.heads;
+      d["kv_heads"] = g.heads;
+      d["head_dim"] = g.head_dim;
+      ++layers;
+    }
+  }
+  d["layers"] = layers;
+  return d;
+}
+
+// The caller's closure as a Python callable, valid while `alive` is true:
+// the C++ evaluation runs without the GIL.
+py::object python_closure(const torch::optim::Optimizer::LossClosure& closure,
+                          const std::shared_ptr<bool>& alive,
+                          const std::string& rule) {
+  if (!closure)
+    return py::none();
+  return py::cpp_function([closure, alive, rule]() -> py::object {
+    TORCH_CHECK(*alive, rule,
+                ": the closure was called after its step() returned");
+    torch::Tensor loss;
+    {
+      py::gil_scoped_release release;
+      loss = closure();
+    }
+    return wrap(loss);
+  });
+}
+
+}  // namespace
 
 PythonOptimizer::PythonOptimizer(std::shared_ptr<const Rule> rule,
                                  const optim::ParamSplit& params, double lr)
@@ -124,22 +166,19 @@ PythonOptimizer::PythonOptimizer(std::shared_ptr<const Rule> rule,
   ensure_interpreter();
   std::string error;
   {
+    // The rule runs with its own stream in the default generator: no
+    // model is built meanwhile. The mutex before the GIL, always.
+    std::lock_guard<std::recursive_mutex> generator(
+        model::default_generator_mutex());
     py::gil_scoped_acquire gil;
     try {
       auto state = std::make_unique<State>();
       py::object fn = rule_->callable();
       py::dict kwargs = rule_->kwargs(lr);
-      state->optimizer = fn(python_groups(groups), **kwargs);
-      if (py::hasattr(state->optimizer, "step"))
-        state->step = state->optimizer.attr("step");
-      if (!state->step || !PyCallable_Check(state->step.ptr())) {
-        error =
-            fmt::format("{}: built a {} without a step() method", rule_->name,
-                        py::str(py::type::of(state->optimizer).attr("__name__"))
-                            .cast<std::string>());
-      } else {
-        state_ = std::move(state);
-      }
+      state->rule = conventions().attr("make")(fn, python_groups(groups),
+                                               kwargs, model_info(groups));
+      state->modes = !state->rule.attr("modes").is_none();
+      state_ = std::move(state);
     } catch (const py::error_already_set& e) {
       error = fmt::format("{}: rejected its arguments or parameters: {}",
                           rule_->name, python_error(e));
@@ -161,24 +200,51 @@ PythonOptimizer::~PythonOptimizer() {
 }
 
 torch::Tensor PythonOptimizer::step(LossClosure closure) {
-  torch::Tensor loss;
-  if (closure) {
-    torch::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
   ++steps_;
   std::string error;
+  auto alive = std::make_shared<bool>(true);
   {
+    std::lock_guard<std::recursive_mutex> generator(
+        model::default_generator_mutex());
     py::gil_scoped_acquire gil;
     try {
-      state_->step();
+      state_->rule.attr("step")(python_closure(closure, alive, rule_->name));
     } catch (const py::error_already_set& e) {
       error = fmt::format("{}: step() raised at step {}: {}", rule_->name,
                           steps_, python_error(e));
     }
+    *alive = false;
   }
   TORCH_CHECK(error.empty(), error);
-  return loss;
+  return {};
+}
+
+bool PythonOptimizer::has_evaluation_weights() const {
+  return state_->modes;
+}
+
+void PythonOptimizer::to_evaluation() {
+  call_rule("evaluation", "eval()");
+}
+
+void PythonOptimizer::to_training() {
+  call_rule("training", "train()");
+}
+
+void PythonOptimizer::call_rule(const char* method, const char* what) {
+  std::string error;
+  {
+    std::lock_guard<std::recursive_mutex> generator(
+        model::default_generator_mutex());
+    py::gil_scoped_acquire gil;
+    try {
+      state_->rule.attr(method)();
+    } catch (const py::error_already_set& e) {
+      error = fmt::format("{}: {} raised after step {}: {}", rule_->name,
+                          what, steps_, python_error(e));
+    }
+  }
+  TORCH_CHECK(error.empty(), error);
 }
 
 void PythonOptimizer::save(torch::serialize::OutputArchive& archive) const {
@@ -188,7 +254,7 @@ void PythonOptimizer::save(torch::serialize::OutputArchive& archive) const {
     try {
       py::object buffer = py::module_::import("io").attr("BytesIO")();
       py::module_::import("torch").attr("save")(
-          state_->optimizer.attr("state_dict")(), buffer);
+          state_->rule.attr("state_dict")(), buffer);
       bytes = buffer.attr("getvalue")().cast<std::string>();
     } catch (const py::error_already_set& e) {
       error = fmt::format("{}: saving its state_dict() failed: {}",
@@ -226,7 +292,7 @@ void PythonOptimizer::load(torch::serialize::InputArchive& archive) {
       // Our own bytes: every object the rule's state holds may come back.
       py::object sd = py::module_::import("torch").attr("load")(
           buffer, py::arg("weights_only") = false);
-      state_->optimizer.attr("load_state_dict")(sd);
+      state_->rule.attr("load_state_dict")(sd);
     } catch (const py::error_already_set& e) {
       error = fmt::format("{}: loading its state_dict() failed: {}",
                           rule_->name, python_error(e));

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/base.h"
 #include "optim/registry.h"
 
 namespace bridge {
@@ -65,7 +66,13 @@ struct PythonOptimizerOptions
   void set_lr(const double lr) override { this->lr(lr); }
 };
 
-class PythonOptimizer : public torch::optim::Optimizer {
+// The rule is built and stepped through bridge/conventions.py: as its
+// library expects (closures, train() / eval(), group flags, named
+// parameters), isolated from the process's global torch state, with a
+// random stream of its own (the same in both copies of a pair), and checked
+// after each step (docs/extending.md).
+class PythonOptimizer : public torch::optim::Optimizer,
+                        public optim::EvaluationWeights {
  public:
   // Builds `rule` on the named groups of `params` (the parameters of one
   // model::Transformer, in param_split's order) at `lr`. Throws a one-line
@@ -74,18 +81,26 @@ class PythonOptimizer : public torch::optim::Optimizer {
                   const optim::ParamSplit& params, double lr);
   ~PythonOptimizer() override;
 
-  // The closure (if any) runs in C++ without the GIL, then the Python
-  // step(). A Python exception becomes a one-line error naming the rule,
-  // the step (counted from 1) and the exception.
+  // The Python step(closure) where the rule takes a closure, else step().
+  // The closure is the caller's (the lockstep's: it re-evaluates the loss
+  // and gradients of the step's batch when the rule has moved the
+  // parameters, twins/pair.cpp), run in C++ without the GIL; it may be
+  // called only during this step. A Python exception becomes a one-line
+  // error naming the rule, the step (counted from 1) and the exception.
   torch::Tensor step(LossClosure closure = nullptr) override;
 
+  // Schedule-free rules: eval() and train() (optim::EvaluationWeights).
+  bool has_evaluation_weights() const override;
+  void to_evaluation() override;
+  void to_training() override;
+
   // The whole state: the rule's state_dict() (torch.save'd bytes: every
-  // buffer and step of torch.optim's own rules, and the groups' options)
-  // and the step count. Attributes a rule keeps outside its state_dict()
-  // are not part of it. A fresh adapter of the same rule on other tensors
-  // of the same shapes load()s it and continues as the saved one would
-  // have; a Python error (a layout that differs: load_state_dict's
-  // ValueError) is a one-line error naming the rule.
+  // buffer and step of torch.optim's own rules, and the groups' options),
+  // its random stream and the step count. Attributes a rule keeps outside
+  // its state_dict() are not part of it. A fresh adapter of the same rule
+  // on other tensors of the same shapes load()s it and continues as the
+  // saved one would have; a Python error (a layout that differs:
+  // load_state_dict's ValueError) is a one-line error naming the rule.
   void save(torch::serialize::OutputArchive& archive) const override;
   void load(torch::serialize::InputArchive& archive) override;
 
@@ -93,6 +108,9 @@ class PythonOptimizer : public torch::optim::Optimizer {
 
  private:
   struct State;  // the Python optimizer, touched only under the GIL
+  // Calls conventions.Rule.`method` (what the rule calls it: `what`),
+  // turning a Python error into a one-line error naming the rule.
+  void call_rule(const char* method, const char* what);
   std::shared_ptr<const Rule> rule_;
   std::unique_ptr<State> state_;
   int64_t steps_ = 0;

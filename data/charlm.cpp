@@ -88,6 +88,9 @@ std::string default_corpus_path() {
     dirs.push_back(exe.parent_path() / "data");
     dirs.push_back(exe.parent_path().parent_path() / "data");
     dirs.push_back(exe.parent_path().parent_path().parent_path() / "data");
+    // Installed by pip into an environment: <env>/bin/twin-run and
+    // <env>/share/twins/.
+    dirs.push_back(exe.parent_path().parent_path() / "share" / "twins");
   }
   dirs.emplace_back(TWINS_SOURCE_DATA_DIR);
   for (const auto& d : dirs) {

@@ -26,7 +26,7 @@ dir=${1:-build-cuda}
 shift $(($# > 0 ? 1 : 0))
 command -v nvcc >/dev/null ||
   die "nvcc not on PATH: LibTorch's CMake config needs the CUDA toolkit"
-python=${TWINS_TORCH_PYTHON:-$(scripts/torch-venv.sh)}
+python=${TWINS_TORCH_PYTHON:-$(scripts/torch-venv.sh --pybind)}
 # The torch package's own folder as the prefix, not torch.utils'
 # share/cmake: find_library then searches torch/lib before the system's
 # directories, where Debian's LibTorch 1.13 would otherwise be found.
@@ -60,18 +60,20 @@ if [[ ! -f $dir/CMakeCache.txt ]] && command -v ninja >/dev/null; then
 fi
 std=(-DTWINS_CXX_STANDARD=20)
 [[ " $* " == *" -DTWINS_CXX_STANDARD="* ]] && std=()
-# The Python bridge (bridge/, CMake option TWINS_PYTHON) is left out: it
-# would need pybind11 (scripts/torch-venv.sh --pybind) and the wheel's
-# libtorch_python, through this venv's Python. -DTWINS_PYTHON=ON overrides.
-bridge=(-DTWINS_PYTHON=OFF)
-[[ " $* " == *" -DTWINS_PYTHON="* ]] && bridge=()
+# The Python bridge (bridge/, CMake option TWINS_PYTHON) is built against
+# the wheel's libtorch_python with this venv's Python and pybind11
+# (scripts/torch-venv.sh --pybind): the bridge's tests then run under torch
+# 2.x, and this build is also the pip package's (scripts/ci-cuda.sh).
+# -DTWINS_PYTHON=OFF leaves it out.
+bridge=(-DTWINS_PYTHON=ON -DPython3_EXECUTABLE="$python")
+[[ " $* " == *" -DTWINS_PYTHON="* ]] && bridge=(-DPython3_EXECUTABLE="$python")
 # The configure log inside the build folder (git-ignored).
 mkdir -p "$dir" && log=$dir/configure.log
 cmake -S . -B "$dir" ${generator[@]+"${generator[@]}"} -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$torch_dir" -DPython_EXECUTABLE="$python" \
   "${std[@]}" "${bridge[@]}" ${dep_flags[@]+"${dep_flags[@]}"} "$@" >"$log" 2>&1 ||
   { tail -30 "$log" >&2; die "cmake configure failed (log: $log)"; }
-grep -E '^-- (Found Torch|fmt:|PyTorch: CUDA detected)' "$log" | sed 's/^-- /build-cuda: /'
+grep -E '^-- (Found Torch|fmt:|PyTorch: CUDA detected|Python optimizers)' "$log" | sed 's/^-- /build-cuda: /'
 cmake --build "$dir" -j "${TWINS_JOBS:-$(nproc)}"
 
 # The run path a non-Python executable needs for the wheel: torch/lib and

@@ -119,6 +119,12 @@ if [[ $mode == pack ]]; then
   # The C++ runtime it was linked with, used there only if the machine's
   # is older (a newer libstdc++ runs older programs, so it is safe first).
   cp -L "$(g++ -print-file-name=libstdc++.so.6)" "$pack/lib/"
+  # With the Python bridge, the libpython it was linked with (stripped),
+  # used there only where the machine has none of that name: the GPU check
+  # runs built-in rules and never starts the interpreter.
+  read -r soname libpython < <(LD_LIBRARY_PATH=$("$src/scripts/torch-libpath.sh" "$python") \
+    ldd "$build/twin-run" | awk '$1 ~ /^libpython/ { print $1, $3 }') || true
+  [[ -n ${libpython:-} ]] && strip --strip-unneeded -o "$pack/lib/$soname" "$libpython"
   # A rebuild there (BUILD_TESTING=OFF) needs only these headers; fmt is
   # the wheel's own.
   mkdir -p "$pack/deps/usr/share"
@@ -229,10 +235,10 @@ why=
 if [[ $torch_version != "$(manifest torch)" ]]; then
   why="built against torch $(manifest torch), this is $torch_version"
 elif ! starts; then
-  if grep -q 'GLIBCXX\|CXXABI' "$work/start.err"; then
+  if grep -q 'GLIBCXX\|CXXABI\|libpython' "$work/start.err"; then
     export LD_LIBRARY_PATH=$pack/lib:$LD_LIBRARY_PATH
     starts || why=$(head -1 "$work/start.err")
-    [[ -z $why ]] && say "     the machine's libstdc++ is older than the binary's: the packed one is used"
+    [[ -z $why ]] && say "     the machine's libstdc++ or libpython is not the binary's: the packed one is used"
   else
     why=$(head -1 "$work/start.err")
   fi

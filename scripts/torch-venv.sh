@@ -7,6 +7,10 @@
 #
 #   scripts/torch-venv.sh            prints the venv's python (makes it first)
 #   scripts/torch-venv.sh --pybind   the same, with pybind11 installed too
+#   scripts/torch-venv.sh --ci       with everything the CUDA leg needs:
+#                                    tests/python/requirements.txt (the
+#                                    package's build tools, the optimizer
+#                                    libraries, the notebook's packages)
 #
 # Everything lives outside the checkout, keyed on the torch version and the
 # Python tag: the wheels in $TWINS_CACHE/wheels/torch-V-cpXY (2.6 GB for
@@ -24,12 +28,14 @@ version=${TWINS_TORCH_VERSION:-2.11.0}
 cache=${TWINS_CACHE:-/var/cache/twins}
 die() { echo "torch-venv: $*" >&2; exit 2; }
 
-pybind=0
+pybind=0 ci=0
 case ${1:-} in
   "") ;;
   --pybind) pybind=1 ;;
-  *) die "unknown argument '$1' (known: --pybind)" ;;
+  --ci) ci=1 ;;
+  *) die "unknown argument '$1' (known: --pybind, --ci)" ;;
 esac
+requirements=$(cd "$(dirname "$0")/.." && pwd)/tests/python/requirements.txt
 
 base=${TWINS_VENV_PYTHON:-}
 if [[ -z $base ]]; then
@@ -48,19 +54,32 @@ wheels=$cache/wheels/torch-$version-$tag
 home=$cache/torch-$version-$tag
 venv=$home/venv
 packages=("torch==$version" numpy)
+if ((ci)); then
+  # The requirements' pins, one argument each (comments and blanks left out).
+  mapfile -t extra < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$requirements")
+  packages+=("${extra[@]}")
+fi
 
 mkdir -p "$cache"
 exec 9>"$home.lock"
 flock 9  # one maker at a time; the others wait and then reuse it
-# The markers hold the package list: another list makes them anew.
-if [[ "$(cat "$venv/.twins-complete" 2>/dev/null)" != "${packages[*]}" ]]; then
+# The markers list what is there, one package a line: a request they hold
+# is done; one with more packages adds them (a plain request after --ci
+# finds everything).
+holds() {  # holds MARKER: every package requested is in it
+  local p
+  [[ -f $1 ]] || return 1
+  for p in "${packages[@]}"; do grep -qxF -- "$p" "$1" || return 1; done
+}
+if ! holds "$venv/.twins-complete"; then
   start=$SECONDS
-  if [[ "$(cat "$wheels/.twins-complete" 2>/dev/null)" != "${packages[*]}" ]]; then
+  if ! holds "$wheels/.twins-complete"; then
     echo "torch-venv: downloading torch==$version and its dependencies ($tag) into $wheels" >&2
     mkdir -p "$wheels"  # pip skips the files it already has
     "$base" -m pip download -q --only-binary=:all: --dest "$wheels" \
       "${packages[@]}" >&2 || die "pip download ${packages[*]} failed"
-    echo "${packages[*]}" >"$wheels/.twins-complete"
+    { cat "$wheels/.twins-complete" 2>/dev/null || true; printf '%s\n' "${packages[@]}"; } |
+      sort -u >"$wheels/.twins-complete.new" && mv "$wheels/.twins-complete.new" "$wheels/.twins-complete"
     echo "torch-venv: downloaded $(du -sh "$wheels" | cut -f1) in $((SECONDS - start)) s" >&2
   fi
   t0=$SECONDS
@@ -71,11 +90,15 @@ if [[ "$(cat "$venv/.twins-complete" 2>/dev/null)" != "${packages[*]}" ]]; then
   fi
   "$venv/bin/python" -m pip install -q --no-index --find-links "$wheels" \
     "${packages[@]}" >&2 || die "installing ${packages[*]} from $wheels failed"
-  echo "${packages[*]}" >"$venv/.twins-complete"
+  { cat "$venv/.twins-complete" 2>/dev/null || true; printf '%s\n' "${packages[@]}"; } |
+    sort -u >"$venv/.twins-complete.new" && mv "$venv/.twins-complete.new" "$venv/.twins-complete"
   echo "torch-venv: installed into $venv ($(du -sh "$venv" | cut -f1)) in $((SECONDS - t0)) s" >&2
 fi
 if ((pybind)) && ! "$venv/bin/python" -c 'import pybind11' 2>/dev/null; then
-  "$venv/bin/python" -m pip install -q pybind11 >&2 || die "pip install pybind11 failed"
+  # The build tools at the requirements' pins.
+  tools=$(grep -E '^(pybind11|scikit-build-core)==' "$requirements" | paste -sd' ')
+  # shellcheck disable=SC2086
+  "$venv/bin/python" -m pip install -q $tools >&2 || die "pip install $tools failed"
 fi
 flock -u 9
 echo "$venv/bin/python"

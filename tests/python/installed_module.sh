@@ -8,7 +8,7 @@ build=$1 python=$2 dir=$3
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 DESTDIR=$stage cmake --install "$build" --component python >/dev/null
-test -n "$(ls "$stage$dir"/twins*.so)"
+test -n "$(ls "$stage$dir"/twins/_core*.so)"
 cd "$stage"
 PYTHONPATH=$stage$dir "$python" -c '
 import twins

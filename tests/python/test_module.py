@@ -4,10 +4,16 @@ errors as Python exceptions. Run by ctest with Debian's /usr/bin/python3 and
 PYTHONPATH=build/python; each case trains the small mod-11 model (2 blocks,
 d 16, 4 heads) for a few steps."""
 
+import _thread
+import contextlib
+import io
 import json
 import math
 import os
+import sys
 import tempfile
+import threading
+import time
 import unittest
 
 import torch
@@ -15,6 +21,7 @@ import torch
 import twins
 
 TINY = dict(task="mod11", depth=2, d_model=16, heads=4, mlp=64)
+
 
 
 class ScalarAdam(torch.optim.Optimizer):
@@ -148,6 +155,75 @@ class ModuleTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "not a torch.optim.Optimizer"):
             twins.run(dict, steps=5, **TINY)
 
+
+class NotebookPathTest(unittest.TestCase):
+    """What a notebook needs: progress it can show, a stop on
+    KeyboardInterrupt that keeps what was done, a figure."""
+
+    def test_progress_is_a_bar_on_python_stderr(self):
+        try:
+            import tqdm  # noqa: F401
+        except ImportError:
+            self.skipTest("tqdm is not installed here")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            twins.run("sgd", steps=5, lr=0.5, progress=True, **TINY)
+        self.assertIn("1/1 pairs", err.getvalue())
+
+    def test_keyboard_interrupt_stops_and_a_rerun_resumes(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "r.jsonl")
+            settings = dict(TINY, steps=400, lr=1e-3, twins=["gauge", "identity"])
+            timer = threading.Timer(1.5, _thread.interrupt_main)
+            timer.start()
+            started = time.monotonic()
+            with self.assertRaises(KeyboardInterrupt) as stop:
+                twins.run(ScalarAdam, out=out, progress=False, **settings)
+            timer.cancel()
+            self.assertLess(time.monotonic() - started, 60)
+            self.assertIn(f"rerun with out='{out}' to resume", str(stop.exception))
+            self.assertTrue(os.listdir(out + ".ckpt"), "no checkpoint kept")
+            resumed = twins.run(ScalarAdam, out=out, progress=False, **settings)
+            straight = twins.run(ScalarAdam, progress=False, **settings)
+            self.assertEqual([numbers(r) for r in resumed],
+                             [numbers(r) for r in straight])
+            self.assertFalse(os.path.exists(out + ".ckpt"))
+
+    def test_plot_is_figure_two(self):
+        try:
+            import matplotlib
+        except ImportError:
+            self.skipTest("matplotlib is not installed here")
+        matplotlib.use("Agg")
+        records = twins.run("adam", twins=["gauge", "identity"], steps=5, **TINY)
+        fig = twins.plot(records)
+        self.assertEqual(type(fig).__name__, "Figure")
+        ax = fig.axes[0]
+        self.assertEqual(ax.get_yscale(), "log")
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        self.assertIn("adam gauge", labels)
+        self.assertIn("adam identity (exactly 0)", labels)
+        with self.assertRaisesRegex(ValueError, "unknown metric"):
+            twins.plot(records, metric="nope")
+
+
+class ModuleRulesTest(unittest.TestCase):
+    def test_a_module_without_distribution_is_named_by_its_hash(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "my_rules_x.py"), "w") as f:
+                f.write("import torch\nclass Mine(torch.optim.SGD):\n    pass\n")
+            sys.path.insert(0, d)
+            try:
+                name = twins.resolve("py:my_rules_x:Mine")
+            finally:
+                sys.path.remove(d)
+            self.assertRegex(name, r"^py:my_rules_x#[0-9a-f]{16}:Mine$")
+
+    def test_a_module_with_distribution_carries_its_version(self):
+        import importlib.metadata
+        version = importlib.metadata.version("torch")
+        name = twins.resolve("py:torch.optim:SGD", args={"momentum": 0.9})
+        self.assertEqual(name, f'py:torch.optim[torch=={version}]:SGD{{"momentum":0.9}}')
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,547 @@
+"""How twins builds, steps and measures a Python rule: the conventions of the
+optimizer libraries people train with, each in one place (docs/extending.md,
+"What each library needed").
+
+This file is compiled into the bridge (bridge/CMakeLists.txt embeds it), so
+that twin-run and `import twins` run the very same code, whatever is on
+sys.path. The C++ adapter (bridge/python_optimizer.cpp) calls three
+functions, always through this module:
+
+    make(fn, groups, kwargs, model)  -> a Rule: the optimizer, built as its
+                                        library expects, and its stream
+    Rule.step(closure)               -> one step, isolated (below)
+    Rule.evaluation() / training()   -> schedule-free rules' weight swap
+
+Isolation. Every construction and step runs under one process-wide lock,
+with the process's global torch state saved before and restored after:
+the default dtype, the number of intra-op threads, and the random
+generators (torch's CPU generator, CUDA's where CUDA is initialised,
+Python's `random`, numpy's global one). While the rule runs, the random
+generators hold the copy's own stream: both copies of a pair start from the
+same seed, so a rule that draws random numbers in step() (PSGD-Kron's
+probes) draws the same numbers in both, the identity twin stays exactly 0,
+and the stream goes into the checkpoint with the rule's state_dict(), so a
+resumed run draws what a straight run draws, under any --jobs / --threads.
+After each step every parameter is checked against what it was built
+with: its shape, dtype, device and requires_grad.
+"""
+
+import inspect
+import random
+import sys
+import threading
+
+import torch
+
+# The seed of every copy's random stream (docs/extending.md).
+STREAM_SEED = 20260812
+
+_lock = threading.RLock()
+
+
+# ---------------------------------------------------------------------------
+# Global state: saved, swapped and restored around every call into a rule.
+
+def _numpy_random():
+    np = sys.modules.get("numpy")
+    return getattr(np, "random", None) if np is not None else None
+
+
+class _Stream:
+    """A copy's random generators' states, in the order they are swapped."""
+
+    def __init__(self, seed):
+        g = torch.Generator()
+        g.manual_seed(seed)
+        self.torch_cpu = g.get_state()
+        self.torch_cuda = None  # per device, made when CUDA is in use
+        self.python = random.Random(seed).getstate()
+        nr = _numpy_random()
+        self.numpy = nr.RandomState(seed % 2**32).get_state() if nr else None
+        self.seed = seed
+
+    def state(self):
+        return {"torch_cpu": self.torch_cpu, "torch_cuda": self.torch_cuda,
+                "python": self.python, "numpy": self.numpy}
+
+    def load(self, state):
+        self.torch_cpu = state["torch_cpu"]
+        self.torch_cuda = state["torch_cuda"]
+        self.python = state["python"]
+        self.numpy = state["numpy"]
+
+
+def _compile_config():
+    """torch.compile's switch (torch._dynamo.config), None before torch 2.
+    A rule's compiled functions run eagerly under twins: the eager
+    operations are the rule's definition, compiling them on a CPU costs
+    minutes per shape, and inductor's workers would start from inside
+    twin-run (docs/extending.md)."""
+    try:
+        import torch._dynamo
+    except ImportError:
+        return None
+    return torch._dynamo.config
+
+
+def _cuda_in_use():
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+class _Isolated:
+    """The global torch state outside a rule, put back when the rule
+    returns; the rule's own stream in the generators while it runs."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        _lock.acquire()
+        self.compile = _compile_config()
+        if self.compile is not None:
+            self.compiling = self.compile.disable
+            self.compile.disable = True
+        self.dtype = torch.get_default_dtype()
+        self.threads = torch.get_num_threads()
+        self.cpu = torch.get_rng_state()
+        torch.set_rng_state(self.stream.torch_cpu)
+        self.cuda = None
+        if _cuda_in_use():
+            self.cuda = torch.cuda.get_rng_state_all()
+            if self.stream.torch_cuda is None:
+                self.stream.torch_cuda = _fresh_cuda_states(self.stream.seed)
+            torch.cuda.set_rng_state_all(self.stream.torch_cuda)
+        self.python = random.getstate()
+        random.setstate(self.stream.python)
+        nr = _numpy_random()
+        self.numpy = nr.get_state() if nr else None
+        if nr is not None:
+            if self.stream.numpy is None:
+                self.stream.numpy = nr.RandomState(self.stream.seed % 2**32).get_state()
+            nr.set_state(self.stream.numpy)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.stream.torch_cpu = torch.get_rng_state()
+            torch.set_rng_state(self.cpu)
+            if self.cuda is not None or _cuda_in_use():
+                self.stream.torch_cuda = torch.cuda.get_rng_state_all()
+                if self.cuda is not None:
+                    torch.cuda.set_rng_state_all(self.cuda)
+            self.stream.python = random.getstate()
+            random.setstate(self.python)
+            nr = _numpy_random()
+            if nr is not None and self.numpy is not None:
+                self.stream.numpy = nr.get_state()
+                nr.set_state(self.numpy)
+            torch.set_default_dtype(self.dtype)
+            if torch.get_num_threads() != self.threads:
+                torch.set_num_threads(self.threads)
+            if self.compile is not None:
+                self.compile.disable = self.compiling
+        finally:
+            _lock.release()
+        return False
+
+
+def _fresh_cuda_states(seed):
+    states = []
+    for d in range(torch.cuda.device_count()):
+        g = torch.Generator(device=f"cuda:{d}")
+        g.manual_seed(seed)
+        states.append(g.get_state())
+    return states
+
+
+# ---------------------------------------------------------------------------
+# A rule: the optimizer, its stream, the parameters' signatures.
+
+def _signature(p):
+    return (tuple(p.shape), p.dtype, p.device, p.requires_grad)
+
+
+def _accepts_closure(step):
+    try:
+        params = inspect.signature(step).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name == "closure"
+               for p in params)
+
+
+class Rule:
+    """One copy's optimizer, built and stepped as its library expects."""
+
+    def __init__(self, fn, groups, kwargs, model):
+        self.library = library_of(fn)
+        self.names = [g["name"] for g in groups]
+        self.params = [g["params"][0] for g in groups]
+        self.signatures = [_signature(p) for p in self.params]
+        self.stream = _Stream(STREAM_SEED)
+        self.steps = 0
+        convention = CONVENTIONS.get(self.library, Convention)
+        self.convention = convention
+        with _Isolated(self.stream):
+            try:
+                self.optimizer = convention.build(fn, groups, dict(kwargs), model)
+            except Exception as e:
+                reason = cannot_run(e)
+                if reason is None:
+                    raise
+                raise RuntimeError(f"cannot run here: {reason} "
+                                   f"({type(e).__name__}: {_first_line(e)})") from None
+            if not callable(getattr(self.optimizer, "step", None)):
+                raise TypeError(f"built a {type(self.optimizer).__name__} "
+                                "without a step() method")
+            self.takes_closure = _accepts_closure(self.optimizer.step)
+            self.modes = convention.modes(self.optimizer)
+            if self.modes:
+                self.modes[0]()  # train(): schedule-free rules start in it
+        self._check("construction")
+
+    def step(self, closure):
+        self.steps += 1
+        with _Isolated(self.stream):
+            try:
+                if self.takes_closure:
+                    self.optimizer.step(closure)
+                else:
+                    self.optimizer.step()
+            except Exception as e:
+                reason = cannot_run(e)
+                if reason is None:
+                    raise
+                raise RuntimeError(f"cannot run here: {reason} "
+                                   f"({type(e).__name__}: {_first_line(e)})") from None
+        self._check(f"step {self.steps}")
+
+    def evaluation(self):
+        """Swaps in the weights the rule evaluates with (schedule-free);
+        nothing for other rules."""
+        if self.modes:
+            with _Isolated(self.stream):
+                self.modes[1]()
+
+    def training(self):
+        if self.modes:
+            with _Isolated(self.stream):
+                self.modes[0]()
+
+    def state_dict(self):
+        return {"optimizer": self.optimizer.state_dict(),
+                "attributes": _attributes(self.optimizer, self.params),
+                "stream": self.stream.state(), "steps": self.steps}
+
+    def load_state_dict(self, state):
+        if "stream" not in state:  # written before the stream was kept
+            state = {"optimizer": state, "stream": self.stream.state(),
+                     "steps": self.steps}
+        with _Isolated(self.stream):
+            self.optimizer.load_state_dict(state["optimizer"])
+            for name, value in state.get("attributes", {}).items():
+                _restore(self.optimizer, name, value)
+        self.stream.load(state["stream"])
+        self.steps = state["steps"]
+
+    def _check(self, when):
+        for name, p, (shape, dtype, device, grad) in zip(
+                self.names, self.params, self.signatures):
+            now = _signature(p)
+            if now == (shape, dtype, device, grad):
+                continue
+            what = []
+            if now[0] != shape:
+                what.append(f"shape {list(shape)} -> {list(now[0])}")
+            if now[1] != dtype:
+                what.append(f"dtype {dtype} -> {now[1]}".replace("torch.", ""))
+            if now[2] != device:
+                what.append(f"device {device} -> {now[2]}")
+            if now[3] != grad:
+                what.append(f"requires_grad {grad} -> {now[3]}")
+            raise RuntimeError(f"the rule changed parameter {name} at {when}: "
+                               + ", ".join(what) + " (a rule must update its "
+                               "parameters in place)")
+
+
+# ---------------------------------------------------------------------------
+# What a rule keeps outside its state_dict(): a step counter in `self.t`, a
+# generator of its own. Attributes of plain data (numbers, strings, tensors
+# that are not parameters, torch generators, and lists, tuples and dicts of
+# these) go into the checkpoint beside the state_dict(); any other
+# attribute (functions, modules, configuration objects) is taken to be what
+# the constructor set, and a resumed rule is constructed the same way.
+
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _standard_attributes():
+    probe = torch.optim.Optimizer([torch.zeros(1, requires_grad=True)], {})
+    return set(vars(probe))
+
+
+def _plain(value, params, depth=0):
+    if depth > 4:
+        return False
+    if isinstance(value, _PLAIN):
+        return True
+    if isinstance(value, torch.Generator):
+        return depth == 0  # saved as its state
+    if isinstance(value, torch.Tensor):
+        return not any(value is p for p in params)
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v, params, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, _PLAIN) and _plain(v, params, depth + 1)
+                   for k, v in value.items())
+    return False
+
+
+def _attributes(optimizer, params):
+    standard = _standard_attributes()
+    out = {}
+    for name, value in vars(optimizer).items():
+        if name in standard or not _plain(value, params):
+            continue
+        out[name] = ({"generator": value.get_state(), "device": str(value.device)}
+                     if isinstance(value, torch.Generator) else value)
+    return out
+
+
+def _restore(optimizer, name, value):
+    current = getattr(optimizer, name, None)
+    if isinstance(current, torch.Generator) and isinstance(value, dict) \
+            and "generator" in value:
+        current.set_state(value["generator"])
+    else:
+        setattr(optimizer, name, value)
+
+
+def _first_line(e):
+    text = str(e)
+    return text.splitlines()[0] if text else ""
+
+
+# What a rule's exception says about a need the protocol cannot meet
+# (docs/extending.md, "Rules that cannot run here"): the words of torch's
+# own messages, and the reason reported for them.
+_CANNOT_RUN = [
+    (("does not require grad and does not have a grad_fn",
+      "create_graph"),
+     "needs second-order gradients (backward(create_graph=True) for "
+     "Hessian-vector products), which twins' C++ backward does not keep"),
+    (("CUDA required", "Torch not compiled with CUDA", "no CUDA GPUs",
+      "Found no NVIDIA driver", "CUDA is not available"),
+     "needs CUDA"),
+    (("Default process group has not been initialized",
+      "process group has not been initialized"),
+     "needs torch.distributed initialised (a multi-process rule)"),
+    (("does not support dense gradients",),
+     "needs sparse gradients"),
+]
+
+
+def cannot_run(e):
+    """The reason a rule cannot run under the protocol, from its exception,
+    or None for any other error."""
+    text = str(e)
+    for words, reason in _CANNOT_RUN:
+        if any(w in text for w in words):
+            return reason
+    return None
+
+
+def library_of(fn):
+    module = getattr(fn, "__module__", None) or ""
+    return module.split(".")[0]
+
+
+def make(fn, groups, kwargs, model):
+    return Rule(fn, groups, kwargs, model)
+
+
+# ---------------------------------------------------------------------------
+# The conventions, one class per library that needs one.
+
+class Convention:
+    """torch.optim's: Class(param_groups, lr=lr, **kwargs), or a flat list of
+    the parameters for a rule that says it takes no parameter groups
+    (LBFGS); train() / eval() where the optimizer has both (schedule-free
+    rules of any library)."""
+
+    @classmethod
+    def build(cls, fn, groups, kwargs, model):
+        try:
+            return fn(groups, **kwargs)
+        except ValueError as e:
+            if "per-parameter options" not in str(e):
+                raise
+        return fn([g["params"][0] for g in groups], **kwargs)
+
+    @staticmethod
+    def modes(optimizer):
+        train = getattr(optimizer, "train", None)
+        evaluate = getattr(optimizer, "eval", None)
+        if callable(train) and callable(evaluate):
+            return (train, evaluate)
+        return None
+
+
+class _Split:
+    """A matrix-only rule on the hidden matrices and Adam (1e-3, the zoo's
+    muon-torch) on every other parameter, stepped as one optimizer."""
+
+    AUX_LR = 1e-3
+
+    def __init__(self, matrix, others):
+        self.parts = [matrix, others]
+        self.param_groups = matrix.param_groups + others.param_groups
+
+    def step(self, closure=None):
+        loss = self.parts[0].step(closure)
+        self.parts[1].step()
+        return loss
+
+    def state_dict(self):
+        return {"parts": [p.state_dict() for p in self.parts]}
+
+    def load_state_dict(self, state):
+        for p, s in zip(self.parts, state["parts"]):
+            p.load_state_dict(s)
+
+
+class TorchOptim(Convention):
+    """torch.optim: Muon (2.9+) takes 2-D matrices only, as its
+    documentation says; the other parameters go to Adam."""
+
+    @classmethod
+    def build(cls, fn, groups, kwargs, model):
+        if getattr(fn, "__name__", "") == "Muon":
+            matrices = [g for g in groups if g["matrix"]]
+            others = [g for g in groups if not g["matrix"]]
+            return _Split(fn(matrices, **kwargs),
+                          torch.optim.Adam(others, lr=_Split.AUX_LR))
+        return super().build(fn, groups, kwargs, model)
+
+
+class _Model:
+    """What a rule that asks for the model reads of it: its named
+    parameters (the groups' names) and its parameters."""
+
+    def __init__(self, groups):
+        self._named = [(g["name"], g["params"][0]) for g in groups]
+
+    def named_parameters(self, *args, **kwargs):
+        return iter(self._named)
+
+    def parameters(self, *args, **kwargs):
+        return iter(p for _, p in self._named)
+
+
+def _takes(fn, name):
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class PytorchOptimizer(Convention):
+    """pytorch-optimizer: its Muon family reads `use_muon` from every group
+    (True on the hidden matrices); AdamMini takes the model (named
+    parameters) and its widths as num_embeds / num_heads."""
+
+    @classmethod
+    def build(cls, fn, groups, kwargs, model):
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = ""
+        if "use_muon" in source:
+            groups = [dict(g, use_muon=g["matrix"]) for g in groups]
+        params = inspect.signature(fn).parameters if callable(fn) else {}
+        if next(iter(params), None) == "model":
+            for key, value in (("num_embeds", model["d_model"]),
+                               ("num_heads", model["heads"])):
+                if key in params:
+                    kwargs.setdefault(key, value)
+            return fn(_Model(groups), **kwargs)
+        return super().build(fn, groups, kwargs, model)
+
+
+# adam-mini finds its blocks by substrings of the parameter names: twins'
+# names with the words it looks for (docs/extending.md).
+_ADAM_MINI_NAMES = {"w1": "mlp.w1", "w2": "mlp.w2", "head": "lm_head"}
+
+
+class AdamMini(Convention):
+    """adam-mini: Adam_mini(named_parameters, lr, dim=, n_heads=,
+    n_kv_heads=) with names it recognises (wq, wk, wv, wo, mlp, embed,
+    lm_head); quiet (verbose=False)."""
+
+    @classmethod
+    def build(cls, fn, groups, kwargs, model):
+        named = []
+        for g in groups:
+            name = g["name"]
+            role = g["role"]
+            if role in _ADAM_MINI_NAMES:
+                prefix = name[: -len(role)]
+                name = prefix + _ADAM_MINI_NAMES[role]
+            named.append((name, g["params"][0]))
+        for key, value in (("dim", model["d_model"]), ("n_heads", model["heads"]),
+                           ("n_kv_heads", model["kv_heads"]), ("verbose", False)):
+            if _takes(fn, key):
+                kwargs.setdefault(key, value)
+        return fn(named, **kwargs)
+
+
+CONVENTIONS = {
+    "torch": TorchOptim,
+    "pytorch_optimizer": PytorchOptimizer,
+    "adam_mini": AdamMini,
+}
+
+
+# ---------------------------------------------------------------------------
+# A module's rule: its identity and its hyperparameters.
+
+def module_identity(module, target):
+    """'DIST==VERSION' of the distribution that provides `module`, or the
+    first 16 hex digits of the SHA-256 of the file defining `target` where
+    none does. Raises naming what is missing."""
+    import hashlib
+    import importlib
+    import importlib.metadata as metadata
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:
+        raise ImportError(f"module '{module}' does not import: "
+                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    if not hasattr(mod, target):
+        rules = sorted(n for n, v in vars(mod).items()
+                       if isinstance(v, type) and issubclass(v, torch.optim.Optimizer))
+        raise AttributeError(f"module '{module}' defines no '{target}'"
+                             + (f" (its optimizers: {', '.join(rules)})" if rules else ""))
+    top = module.split(".")[0]
+    dists = metadata.packages_distributions().get(top, [])
+    if dists:
+        dist = metadata.distribution(dists[0])
+        return f"{dist.metadata['Name']}=={dist.version}"
+    fn = getattr(mod, target)
+    try:
+        path = inspect.getsourcefile(fn) or mod.__file__
+    except TypeError:
+        path = mod.__file__
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def signature_defaults(fn):
+    """The keyword defaults of `fn`'s signature (a class: its __init__), as
+    the record's hyperparameters read them."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: p.default for p in params
+            if p.default is not inspect.Parameter.empty}
