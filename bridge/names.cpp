@@ -84,8 +84,13 @@ struct Parsed {
 };
 
 // A module is named by dotted Python names; anything else before the
-// class is a file (FILE.py, or a path).
+// class is a file (FILE.py, or a path). A name ending in ".py" is a file
+// even where it would also spell a submodule "py" (rules.py).
 bool is_module_name(const std::string& s) {
+  const std::string suffix = ".py";
+  if (s.size() >= suffix.size() &&
+      s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return false;
   size_t start = 0;
   while (true) {
     const size_t dot = s.find('.', start);
