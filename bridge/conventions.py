@@ -26,6 +26,7 @@ After each step every parameter is checked against what it was built
 with: its shape, dtype, device and requires_grad.
 """
 
+import contextlib
 import inspect
 import random
 import sys
@@ -183,14 +184,8 @@ class Rule:
         convention = CONVENTIONS.get(self.library, Convention)
         self.convention = convention
         with _Isolated(self.stream):
-            try:
+            with _cannot_run_here():
                 self.optimizer = convention.build(fn, groups, dict(kwargs), model)
-            except Exception as e:
-                reason = cannot_run(e)
-                if reason is None:
-                    raise
-                raise RuntimeError(f"cannot run here: {reason} "
-                                   f"({type(e).__name__}: {_first_line(e)})") from None
             if not callable(getattr(self.optimizer, "step", None)):
                 raise TypeError(f"built a {type(self.optimizer).__name__} "
                                 "without a step() method")
@@ -202,18 +197,11 @@ class Rule:
 
     def step(self, closure):
         self.steps += 1
-        with _Isolated(self.stream):
-            try:
-                if self.takes_closure:
-                    self.optimizer.step(closure)
-                else:
-                    self.optimizer.step()
-            except Exception as e:
-                reason = cannot_run(e)
-                if reason is None:
-                    raise
-                raise RuntimeError(f"cannot run here: {reason} "
-                                   f"({type(e).__name__}: {_first_line(e)})") from None
+        with _Isolated(self.stream), _cannot_run_here():
+            if self.takes_closure:
+                self.optimizer.step(closure)
+            else:
+                self.optimizer.step()
         self._check(f"step {self.steps}")
 
     def evaluation(self):
@@ -339,6 +327,20 @@ _CANNOT_RUN = [
     (("does not support dense gradients",),
      "needs sparse gradients"),
 ]
+
+
+@contextlib.contextmanager
+def _cannot_run_here():
+    """An exception that says the rule cannot run here (cannot_run) becomes
+    one line saying why; any other passes unchanged."""
+    try:
+        yield
+    except Exception as e:
+        reason = cannot_run(e)
+        if reason is None:
+            raise
+        raise RuntimeError(f"cannot run here: {reason} "
+                           f"({type(e).__name__}: {_first_line(e)})") from None
 
 
 def cannot_run(e):
