@@ -16,7 +16,6 @@
 #include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <torch/version.h>
@@ -202,21 +201,6 @@ std::string make_temp_dir() {
   return templ;
 }
 
-// Removes a folder and what it holds with libc's nftw, not
-// std::filesystem::remove_all: in a Python process with PyPI's torch, a
-// call from this module to remove_all binds to the copy libtorch.so
-// exports (torch 2.11.0), which jumps to an unresolved symbol there and
-// crashes the interpreter.
-void remove_tree(const std::string& dir) {
-  nftw(
-      dir.c_str(),
-      [](const char* path, const struct stat*, int, struct FTW*) {
-        ::remove(path);
-        return 0;
-      },
-      16, FTW_DEPTH | FTW_PHYS);
-}
-
 // ---------------------------------------------------------------------------
 // Job: one command on a thread of its own.
 
@@ -248,8 +232,10 @@ class Job {
       }
     }
     // A stopped run's temporary file is kept: its path was named.
-    if (!temp_dir_.empty() && !stopped_)
-      remove_tree(temp_dir_);
+    if (!temp_dir_.empty() && !stopped_) {
+      std::error_code ec;
+      fs::remove_all(temp_dir_, ec);
+    }
   }
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;

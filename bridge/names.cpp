@@ -266,7 +266,9 @@ optim::OptimizerInfo resolve_torch(const std::string& name) {
     const double lr = default_rate(p, cls);
     // One construction on a stand-in parameter: arguments the class
     // rejects fail here, and its defaults are the record's hyperparameters.
-    py::object dummy = py::module_::import("torch").attr("zeros")(1);
+    // A 1x1 matrix, which every class takes (torch.optim.Muon takes 2-D
+    // parameters only).
+    py::object dummy = py::module_::import("torch").attr("zeros")(1, 1);
     dummy.attr("requires_grad_")();
     py::list params;
     params.append(dummy);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <pybind11/embed.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -48,8 +49,11 @@ std::string interpreter_path() {
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     for (const char* name : {"python3", "python"}) {
+      // A file that runs: the build tree has a folder python/ (the
+      // package) beside twin-run.
       const fs::path beside = exe.parent_path() / name;
-      if (fs::exists(beside, ec))
+      if (fs::is_regular_file(beside, ec) &&
+          access(beside.c_str(), X_OK) == 0)
         return beside.string();
     }
   }
