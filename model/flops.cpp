@@ -1,6 +1,6 @@
 #include "model/flops.h"
 
-#include "model/transformer.h"
+#include "model/fused.h"
 
 namespace model {
 

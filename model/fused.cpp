@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/lanes.h"
+#include "model/small_attention.h"
 
 namespace model {
 
@@ -94,7 +95,157 @@ class RmsNorm : public torch::autograd::Function<RmsNorm> {
   }
 };
 
+// ---------------------------------------------------------------------------
+// The forward pass: reference_forward's operations, each speed path where
+// `paths` takes it.
+
+namespace F = torch::nn::functional;
+
+torch::Tensor norm(RMSNorm& module, const torch::Tensor& x,
+                   const SpeedPaths& paths) {
+  return paths.fused_norm ? fused_rms_norm(x, module->gain) : module(x);
+}
+
+// Embedding and positional: (B, T, d).
+torch::Tensor embed(TransformerImpl& model, const torch::Tensor& tokens,
+                    const SpeedPaths& paths) {
+  const ModelConfig& config = model.config();
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  torch::Tensor x;
+  if (paths.one_hot_embedding) {
+    x = torch::matmul(
+        F::one_hot(tokens, config.vocab_in).to(model.tok_emb.dtype()),
+        model.tok_emb);  // (B, T, d)
+  } else {
+    x = model.tok_emb.index_select(0, tokens.reshape({-1}))
+            .view({B, T, config.d_model});  // (B, T, d)
+  }
+  return x + model.pos_emb.narrow(1, 0, T);
+}
+
+// Q, K and V of the normed input n (B, T, d); with `last`, Q of the last
+// position only (B, 1, d).
+Qkv project(BlockImpl& block, const torch::Tensor& n, bool last,
+            const SpeedPaths& paths) {
+  AttentionImpl& attention = *block.attn;
+  const int64_t T = n.size(1), d = n.size(2);
+  const torch::Tensor q_in = last ? n.narrow(1, T - 1, 1) : n;
+  if (!paths.fused_qkv)
+    return {attention.wq(q_in), attention.wk(n), attention.wv(n)};
+  if (last) {
+    // K and V stacked (split, not narrow: its backward is one cat, not a
+    // zero-filled full-size gradient per piece).
+    const auto kv =
+        F::linear(n, torch::cat({attention.wk->weight, attention.wv->weight}))
+            .split(d, -1);
+    return {attention.wq(q_in), kv[0], kv[1]};
+  }
+  const auto qkv =
+      F::linear(n, torch::cat({attention.wq->weight, attention.wk->weight,
+                               attention.wv->weight}))
+          .split(d, -1);
+  return {qkv[0], qkv[1], qkv[2]};
+}
+
+// The block from its attention's projections; with `last` only the last
+// position leaves it: (B, 1, d).
+torch::Tensor finish_block(BlockImpl& block, const torch::Tensor& x,
+                           const Qkv& qkv, bool last, const SpeedPaths& paths) {
+  AttentionImpl& attention = *block.attn;
+  const torch::Tensor attended =
+      paths.small_attention
+          ? attention.wo(small_attention(qkv.q, qkv.k, qkv.v, attention.heads(),
+                                         attention.causal()))
+          : attention.attend(qkv);
+  const torch::Tensor h = (last ? x.narrow(1, x.size(1) - 1, 1) : x) + attended;
+  return h + block.mlp(norm(block.norm2, h, paths));
+}
+
+// The first block with its token-wise work done once per row of a table of
+// (position, token): row t * V + v holds token v at position t.
+torch::Tensor first_block_by_table(TransformerImpl& model,
+                                   const torch::Tensor& tokens, bool last,
+                                   const SpeedPaths& paths) {
+  const ModelConfig& config = model.config();
+  const int64_t T = tokens.size(1), V = config.vocab_in, d = config.d_model;
+  const torch::Tensor table = (model.pos_emb.narrow(1, 0, T).transpose(0, 1) +
+                               model.tok_emb.unsqueeze(0))
+                                  .reshape({T * V, d});
+  const torch::Tensor rows =  // (B, T): each input position's table row
+      tokens + torch::arange(T, tokens.options()).mul_(V).unsqueeze(0);
+  BlockImpl& block = *model.blocks.front();
+  AttentionImpl& attention = *block.attn;
+  const torch::Tensor n = norm(block.norm1, table, paths);
+  // [embedding + positional | Q | K | V] per table row, gathered at once.
+  const torch::Tensor projected =
+      paths.fused_qkv
+          ? F::linear(n, torch::cat({attention.wq->weight, attention.wk->weight,
+                                     attention.wv->weight}))
+          : torch::cat({attention.wq(n), attention.wk(n), attention.wv(n)}, 1);
+  const auto gathered = torch::cat({table, projected}, 1)
+                            .index_select(0, rows.reshape({-1}))
+                            .view({rows.size(0), rows.size(1), -1})
+                            .split(d, -1);
+  const torch::Tensor& q = gathered[1];
+  return finish_block(
+      block, gathered[0],
+      {last ? q.narrow(1, T - 1, 1) : q, gathered[2], gathered[3]}, last,
+      paths);
+}
+
 }  // namespace
+
+bool uses_token_table(const ModelConfig& config, int64_t sequences, bool cuda) {
+  return !cuda && sequences > config.vocab_in;
+}
+
+SpeedPaths speed_paths(const ModelConfig& config, int64_t sequences,
+                       int64_t positions, bool cuda) {
+  SpeedPaths paths;
+  paths.fused_norm = !cuda;
+  paths.one_hot_embedding = cuda;
+  paths.token_table = uses_token_table(config, sequences, cuda);
+  paths.fused_qkv = true;
+  paths.small_attention = !cuda && positions <= kSmallAttentionMaxPositions;
+  paths.last_query = true;
+  return paths;
+}
+
+torch::Tensor fast_forward(TransformerImpl& model, const torch::Tensor& tokens,
+                           const SpeedPaths& paths) {
+  const ModelConfig& config = model.config();
+  const int64_t T = tokens.size(1);
+  const size_t depth = model.blocks.size();
+  // In the last block of a last-position model only the last query matters.
+  auto last = [&](size_t layer) {
+    return paths.last_query && config.last_only && layer + 1 == depth;
+  };
+  size_t layer = 0;
+  torch::Tensor x;  // (B, T, d)
+  if (paths.token_table) {
+    x = first_block_by_table(model, tokens, last(0), paths);
+    layer = 1;
+  } else {
+    x = embed(model, tokens, paths);
+  }
+  for (; layer < depth; ++layer) {
+    BlockImpl& block = *model.blocks[layer];
+    const Qkv qkv =
+        project(block, norm(block.norm1, x, paths), last(layer), paths);
+    x = finish_block(block, x, qkv, last(layer), paths);
+  }
+  x = norm(model.norm_f, x, paths);
+  if (config.last_only)  // (B, d)
+    x = paths.last_query ? x.squeeze(1) : x.select(1, T - 1);
+  return model.head(x);
+}
+
+torch::Tensor fast_forward(TransformerImpl& model,
+                           const torch::Tensor& tokens) {
+  return fast_forward(model, tokens,
+                      speed_paths(model.config(), tokens.size(0),
+                                  tokens.size(1), tokens.is_cuda()));
+}
 
 torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& gain) {
   check_cpu_float(x, "fused_rms_norm");

@@ -1,15 +1,14 @@
 #include "model/transformer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <cmath>
 #include <limits>
 #include <mutex>
 #include <string>
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include "model/fused.h"
 #include "model/generator.h"
-#include "model/small_attention.h"
 
 namespace model {
 
@@ -35,10 +34,9 @@ RMSNormImpl::RMSNormImpl(int64_t d) : sqrt_d_(std::sqrt(double(d))) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  // No epsilon (docs/protocol.md §3): a zero residual vector never occurs here.
-  if (!x.is_cuda())
-    return fused_rms_norm(x, gain);
-  // The per-row factor sqrt(d) / ||x|| first: one full-size product fewer.
+  // No epsilon (docs/protocol.md §3): a zero residual vector never occurs
+  // here. The per-row factor sqrt(d) / ||x|| first: one full-size product
+  // fewer.
   return x * (sqrt_d_ / x.norm(2, {-1}, /*keepdim=*/true)) * gain;
 }
 
@@ -59,18 +57,13 @@ AttentionImpl::AttentionImpl(int64_t d_model, int64_t heads, bool causal)
   wo = linear("wo");
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, bool last_query) {
-  const int64_t T = x.size(1);
-  torch::Tensor xq = last_query ? x.narrow(1, T - 1, 1) : x;
-  return attend({wq(xq), wk(x), wv(x)});
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+  return attend({wq(x), wk(x), wv(x)});
 }
 
 torch::Tensor AttentionImpl::attend(const Qkv& qkv) {
   const int64_t B = qkv.k.size(0), T = qkv.k.size(1), d = qkv.k.size(2);
   const int64_t Tq = qkv.q.size(1), hd = d / heads_;
-  if (!qkv.k.is_cuda() && T <= kSmallAttentionMaxPositions) {
-    return wo(small_attention(qkv.q, qkv.k, qkv.v, heads_, causal_));
-  }
   const double scale = 1.0 / std::sqrt(double(hd));
   auto split = [&](const torch::Tensor& t) {  // -> (B, nh, T', hd)
     return t.view({B, t.size(1), heads_, hd}).transpose(1, 2);
@@ -107,125 +100,67 @@ BlockImpl::BlockImpl(int64_t d_model, int64_t heads, int64_t mlp, bool causal) {
       torch::nn::Linear(torch::nn::LinearOptions(mlp, d_model).bias(false)));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x, bool last_only) {
-  const torch::Tensor n = norm1(x);
-  const int64_t T = x.size(1), d = x.size(2);
-  auto& a = attn;
-  // The projections that share an input in one product (W_Q; W_K; W_V
-  // stacked): one pass over n, and one input gradient instead of a sum of
-  // three. The weights stay separate parameters; the stack is rebuilt from
-  // them at every call.
-  if (last_only) {  // K and V of every position, Q of the last only
-    // (split, not narrow: its backward is one cat, not a zero-filled
-    // full-size gradient per piece)
-    const auto kv =
-        F::linear(n, torch::cat({a->wk->weight, a->wv->weight})).split(d, -1);
-    return forward(x, {a->wq(n.narrow(1, T - 1, 1)), kv[0], kv[1]}, true);
-  }
-  const auto qkv =
-      F::linear(n, torch::cat({a->wq->weight, a->wk->weight, a->wv->weight}))
-          .split(d, -1);
-  return forward(x, {qkv[0], qkv[1], qkv[2]}, false);
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  const torch::Tensor h = x + attn(norm1(x));
+  return h + mlp(norm2(h));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x, const Qkv& qkv,
-                                 bool last_only) {
-  // With last_only only the last position leaves the block: (B, 1, d).
-  torch::Tensor a = attn->attend(qkv);
-  torch::Tensor h = (last_only ? x.narrow(1, x.size(1) - 1, 1) : x) + a;
-  return h + w2(F::silu(w1(norm2(h))));
+torch::Tensor BlockImpl::mlp(const torch::Tensor& n) {
+  return w2(F::silu(w1(n)));
 }
 
 // ---------------------------------------------------------------------------
 // Transformer
 
-TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg) {
-  cfg_.validate();
-  const int64_t d = cfg.d_model;
-  tok_emb = register_parameter("tok_emb", torch::randn({cfg.vocab_in, d}));
+TransformerImpl::TransformerImpl(const ModelConfig& config) : config_(config) {
+  config_.validate();
+  const int64_t d = config.d_model;
+  tok_emb = register_parameter("tok_emb", torch::randn({config.vocab_in, d}));
   pos_emb =
-      register_parameter("pos_emb", torch::randn({1, cfg.n_ctx, d}) * 0.02);
-  for (int64_t l = 0; l < cfg.depth; ++l) {
-    blocks.push_back(register_module("block" + std::to_string(l),
-                                     Block(d, cfg.heads, cfg.mlp, cfg.causal)));
+      register_parameter("pos_emb", torch::randn({1, config.n_ctx, d}) * 0.02);
+  for (int64_t l = 0; l < config.depth; ++l) {
+    blocks.push_back(
+        register_module("block" + std::to_string(l),
+                        Block(d, config.heads, config.mlp, config.causal)));
   }
   norm_f = register_module("norm_f", RMSNorm(d));
   head = register_module(
       "head", torch::nn::Linear(
-                  torch::nn::LinearOptions(d, cfg.vocab_out).bias(false)));
+                  torch::nn::LinearOptions(d, config.vocab_out).bias(false)));
+}
+
+void TransformerImpl::check_tokens(const torch::Tensor& tokens) const {
+  TORCH_CHECK(tokens.dim() == 2, "tokens must be (B, T), got ", tokens.sizes());
+  TORCH_CHECK(tokens.size(1) <= config_.n_ctx, "sequence length ",
+              tokens.size(1), " exceeds n_ctx ", config_.n_ctx);
 }
 
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
-  TORCH_CHECK(tokens.dim() == 2, "tokens must be (B, T), got ", tokens.sizes());
+  check_tokens(tokens);
+  return fast_forward(*this, tokens);  // model/fused.h
+}
+
+torch::Tensor TransformerImpl::reference_forward(const torch::Tensor& tokens) {
+  check_tokens(tokens);
   const int64_t B = tokens.size(0), T = tokens.size(1);
-  TORCH_CHECK(T <= cfg_.n_ctx, "sequence length ", T, " exceeds n_ctx ",
-              cfg_.n_ctx);
-  if (uses_token_table(cfg_, B, tokens.is_cuda())) {
-    return forward_with_table(tokens);
-  }
-  torch::Tensor x;
-  if (tokens.is_cuda()) {
-    // A one-hot matmul: its backward is a matmul, deterministic on CUDA,
-    // unlike the index_add behind an embedding lookup's backward.
-    x = torch::matmul(F::one_hot(tokens, cfg_.vocab_in).to(tok_emb.dtype()),
-                      tok_emb);  // (B, T, d)
-  } else {
-    x = tok_emb.index_select(0, tokens.reshape({-1}))
-            .view({B, T, cfg_.d_model});  // (B, T, d)
-  }
+  torch::Tensor x = tok_emb.index_select(0, tokens.reshape({-1}))
+                        .view({B, T, config_.d_model});  // (B, T, d)
   x = x + pos_emb.narrow(1, 0, T);
-  for (size_t l = 0; l < blocks.size(); ++l) {
-    // In the last block of a last-position model only the last query matters.
-    const bool last = cfg_.last_only && l + 1 == blocks.size();
-    x = blocks[l]->forward(x, last);
-  }
+  for (auto& block : blocks)
+    x = block->forward(x);  // (B, T, d)
   x = norm_f(x);
-  if (cfg_.last_only)
-    x = x.squeeze(1);  // (B, d)
+  if (config_.last_only)
+    x = x.select(1, T - 1);  // (B, d): the last position predicts
   return head(x);
-}
-
-torch::Tensor TransformerImpl::forward_with_table(const torch::Tensor& tokens) {
-  const int64_t T = tokens.size(1), V = cfg_.vocab_in, d = cfg_.d_model;
-  // Row t * V + v of the table: token v at position t.
-  const torch::Tensor table =
-      (pos_emb.narrow(1, 0, T).transpose(0, 1) + tok_emb.unsqueeze(0))
-          .reshape({T * V, d});
-  const torch::Tensor rows =  // (B, T): each input position's table row
-      tokens + torch::arange(T, tokens.options()).mul_(V).unsqueeze(0);
-  auto gather = [&](const torch::Tensor& t, const torch::Tensor& r) {
-    return t.index_select(0, r.reshape({-1})).view({r.size(0), r.size(1), -1});
-  };
-  const bool last = cfg_.last_only && blocks.size() == 1;
-  Block& b0 = blocks.front();
-  auto& a = b0->attn;
-  // [embedding + positional | Q | K | V] per table row, gathered at once.
-  const torch::Tensor projected =
-      F::linear(b0->norm1(table),
-                torch::cat({a->wq->weight, a->wk->weight, a->wv->weight}));
-  const auto g = gather(torch::cat({table, projected}, 1), rows).split(d, -1);
-  torch::Tensor x = b0->forward(
-      g[0], {last ? g[1].narrow(1, T - 1, 1) : g[1], g[2], g[3]}, last);
-  for (size_t l = 1; l < blocks.size(); ++l) {
-    x = blocks[l]->forward(x, cfg_.last_only && l + 1 == blocks.size());
-  }
-  x = norm_f(x);
-  if (cfg_.last_only)
-    x = x.squeeze(1);  // (B, d)
-  return head(x);
-}
-
-bool uses_token_table(const ModelConfig& cfg, int64_t sequences, bool cuda) {
-  return !cuda && sequences > cfg.vocab_in;
 }
 
 torch::Tensor TransformerImpl::query_block(int64_t layer, int64_t head) const {
-  const int64_t hd = cfg_.head_dim();
+  const int64_t hd = config_.head_dim();
   return blocks.at(layer)->attn->wq->weight.narrow(0, head * hd, hd);
 }
 
 torch::Tensor TransformerImpl::key_block(int64_t layer, int64_t head) const {
-  const int64_t hd = cfg_.head_dim();
+  const int64_t hd = config_.head_dim();
   return blocks.at(layer)->attn->wk->weight.narrow(0, head * hd, hd);
 }
 
@@ -256,12 +191,13 @@ namespace {
 
 // Init::kByParameter: every weight redrawn in place, parameter kind by
 // parameter kind across the layers, from one generator.
-void init_by_parameter(TransformerImpl& m, uint64_t seed) {
+void init_by_parameter(TransformerImpl& model, uint64_t seed) {
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(seed);
-  const ModelConfig& cfg = m.config();
-  m.tok_emb.copy_(torch::randn({cfg.vocab_in, cfg.d_model}, gen));
-  m.pos_emb.copy_(torch::randn({1, cfg.n_ctx, cfg.d_model}, gen) * 0.02);
+  const ModelConfig& config = model.config();
+  model.tok_emb.copy_(torch::randn({config.vocab_in, config.d_model}, gen));
+  model.pos_emb.copy_(torch::randn({1, config.n_ctx, config.d_model}, gen) *
+                      0.02);
   auto uniform = [&](torch::Tensor& w) {  // U(-1, 1) / sqrt(fan_in)
     const double bound = 1.0 / std::sqrt(double(w.size(1)));
     w.copy_((torch::rand(w.sizes(), gen) * 2 - 1) * bound);
@@ -276,10 +212,10 @@ void init_by_parameter(TransformerImpl& m, uint64_t seed) {
       [](BlockImpl& b) -> torch::Tensor& { return b.w2->weight; },
   };
   for (Weight kind : kinds) {
-    for (auto& block : m.blocks)
+    for (auto& block : model.blocks)
       uniform(kind(*block));
   }
-  uniform(m.head->weight);
+  uniform(model.head->weight);
 }
 
 }  // namespace
@@ -289,17 +225,17 @@ std::recursive_mutex& default_generator_mutex() {
   return mutex;
 }
 
-Transformer build(const ModelConfig& cfg, uint64_t init_seed,
+Transformer build(const ModelConfig& config, uint64_t init_seed,
                   torch::Dtype dtype, const torch::Device& device, Init init) {
   // The initialisers draw from the global generator: serialise builds so
   // that pairs run on concurrent threads still get their seed's weights.
   std::lock_guard<std::recursive_mutex> lock(default_generator_mutex());
   torch::manual_seed(init_seed);
-  Transformer m(cfg);
+  Transformer model(config);
   if (init == Init::kByParameter)
-    init_by_parameter(*m, init_seed);
-  m->to(device, dtype);
-  return m;
+    init_by_parameter(*model, init_seed);
+  model->to(device, dtype);
+  return model;
 }
 
 void copy_parameters(const Transformer& from, Transformer& to) {

@@ -16,7 +16,9 @@
 
 namespace model {
 
-// x / ||x||_2 * sqrt(d) * g along the last dimension, g initialised to 1.
+// x / ||x||_2 * sqrt(d) * g along the last dimension, g initialised to 1,
+// no epsilon (docs/protocol.md §3). The tensor formula; the CPU kernel of
+// model/fused.h is a speed path.
 class RMSNormImpl : public torch::nn::Module {
  public:
   explicit RMSNormImpl(int64_t d);
@@ -38,13 +40,15 @@ struct Qkv {
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(int64_t d_model, int64_t heads, bool causal);
-  // x: (B, T, d) -> (B, T, d). With last_query the queries (and the output)
-  // are those of the last position only: (B, 1, d).
-  torch::Tensor forward(const torch::Tensor& x, bool last_query = false);
-  // The same from projections already made (the first block's token table).
+  // x: (B, T, d) -> (B, T, d).
+  torch::Tensor forward(const torch::Tensor& x);
+  // softmax(Q K^T / sqrt(head_dim)) V per head, then W_O, from projections
+  // already made: (B, T', d) with T' = qkv.q's positions (the last ones).
   torch::Tensor attend(const Qkv& qkv);
 
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  int64_t heads() const { return heads_; }
+  bool causal() const { return causal_; }
 
  private:
   int64_t heads_;
@@ -55,10 +59,11 @@ TORCH_MODULE(Attention);
 class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(int64_t d_model, int64_t heads, int64_t mlp, bool causal);
-  torch::Tensor forward(const torch::Tensor& x, bool last_only = false);
-  // With the attention's projections of norm1(x) given (`qkv.q` holds the
-  // last position only when last_only).
-  torch::Tensor forward(const torch::Tensor& x, const Qkv& qkv, bool last_only);
+  // x: (B, T, d) -> (B, T, d): h = x + attention(norm1(x)), then
+  // h + mlp(norm2(h)).
+  torch::Tensor forward(const torch::Tensor& x);
+  // W2 silu(W1 n): n (..., d) -> (..., d).
+  torch::Tensor mlp(const torch::Tensor& n);
 
   RMSNorm norm1{nullptr};
   Attention attn{nullptr};
@@ -69,13 +74,18 @@ TORCH_MODULE(Block);
 
 class TransformerImpl : public torch::nn::Module {
  public:
-  explicit TransformerImpl(const ModelConfig& cfg);
+  explicit TransformerImpl(const ModelConfig& config);
 
   // tokens: (B, T) int64 with T <= n_ctx. Returns (B, vocab_out) logits when
-  // cfg.last_only, else (B, T, vocab_out).
+  // config.last_only, else (B, T, vocab_out): reference_forward's function,
+  // computed by the speed paths this device and batch allow (model/fused.h).
   torch::Tensor forward(const torch::Tensor& tokens);
+  // The model of docs/protocol.md §3 written plainly — embed, blocks, norm,
+  // head, every position through every block: what each speed path is
+  // tested against.
+  torch::Tensor reference_forward(const torch::Tensor& tokens);
 
-  const ModelConfig& config() const { return cfg_; }
+  const ModelConfig& config() const { return config_; }
 
   // Rows h*hd..(h+1)*hd of W_Q / W_K of `layer`: views into the weights, so
   // in-place writes under NoGradGuard change the model.
@@ -94,20 +104,12 @@ class TransformerImpl : public torch::nn::Module {
   torch::nn::Linear head{nullptr};
 
  private:
-  // forward() when uses_token_table(): see there.
-  torch::Tensor forward_with_table(const torch::Tensor& tokens);
+  // Throws unless tokens is (B, T) with T <= n_ctx.
+  void check_tokens(const torch::Tensor& tokens) const;
 
-  ModelConfig cfg_;
+  ModelConfig config_;
 };
 TORCH_MODULE(Transformer);
-
-// Whether forward() computes the first block's token-wise work (embedding,
-// positional, norm1, W_Q / W_K / W_V) once per (token, position) and
-// gathers it, instead of once per input position: the same function, less
-// work when a batch holds more sequences than the vocabulary has tokens (the
-// full-batch mod-p task: 883 sequences, 48 tokens). CPU only: on CUDA the
-// gather's backward (an index_add) is not deterministic.
-bool uses_token_table(const ModelConfig& cfg, int64_t sequences, bool cuda);
 
 // How build() draws the initial weights (docs/protocol.md §3).
 enum class Init {
@@ -123,7 +125,7 @@ enum class Init {
 
 // Builds the model of docs/protocol.md §3: seeded on CPU in float32, then cast
 // to `dtype` and moved to `device`.
-Transformer build(const ModelConfig& cfg, uint64_t init_seed,
+Transformer build(const ModelConfig& config, uint64_t init_seed,
                   torch::Dtype dtype, const torch::Device& device,
                   Init init = Init::kModuleDefault);
 

@@ -16,6 +16,7 @@
 
 #include "bench/bench.h"
 #include "model/flops.h"
+#include "model/fused.h"
 #include "model/transformer.h"
 #include "twin_run_path.h"
 #include "twins/device.h"

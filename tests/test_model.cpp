@@ -132,11 +132,28 @@ TEST(Model, LastPositionShortcutEqualsFullForward) {
   EXPECT_LE((a - b).abs().max().item<double>(), 1e-12);
 }
 
+// A small model of either kind: mod-p-like (last position only, all
+// positions seen) or LM-like (every position, causal), with a 5-token
+// vocabulary so that a batch of 9 sequences takes the token table.
+model::Transformer path_model(bool last_only, int64_t T) {
+  model::ModelConfig config;
+  config.vocab_in = 5;
+  config.vocab_out = 7;
+  config.n_ctx = T;
+  config.depth = 2;
+  config.d_model = 16;
+  config.heads = 4;
+  config.mlp = 32;
+  config.last_only = last_only;
+  config.causal = !last_only;
+  return model::build(config, 11, torch::kDouble, torch::kCPU);
+}
+
 // docs/protocol.md §3 written out with plain matrix products, no shortcut: the
 // embedding looked up per position, every head's softmax(Q K^T / sqrt(hd))
 // V by matmul, every position through every block.
-torch::Tensor reference_forward(model::Transformer& m,
-                                const torch::Tensor& tokens) {
+torch::Tensor protocol_forward(model::Transformer& m,
+                               const torch::Tensor& tokens) {
   const auto& cfg = m->config();
   const int64_t B = tokens.size(0), T = tokens.size(1), d = cfg.d_model;
   const int64_t nh = cfg.heads, hd = d / nh;
@@ -169,28 +186,19 @@ torch::Tensor reference_forward(model::Transformer& m,
   return cfg.last_only ? x.select(1, T - 1) : x;
 }
 
-// The forward's shortcuts (first-block token table when the batch has more
-// sequences than the vocabulary has tokens, stacked Q/K/V products, the
-// broadcast attention of short sequences, the last-position block) compute
-// the same function, and the same gradients, as the plain reference.
-TEST(Model, ShortcutsComputeThePlainReferenceFunctionAndGradients) {
+// The model's reference_forward, and forward with its speed paths (first-
+// block token table when the batch has more sequences than the vocabulary
+// has tokens, stacked Q/K/V products, the attention kernel of short
+// sequences, the last-position block, the norm kernel), compute the
+// function and the gradients of the protocol's formula.
+TEST(Model, ForwardsComputeTheProtocolFunctionAndGradients) {
   for (bool last_only : {true, false}) {
-    for (int64_t T : {3, 12}) {  // the small-attention kernel up to 8
-      model::ModelConfig cfg;
-      cfg.vocab_in = 5;
-      cfg.vocab_out = 7;
-      cfg.n_ctx = T;
-      cfg.depth = 2;
-      cfg.d_model = 16;
-      cfg.heads = 4;
-      cfg.mlp = 32;
-      cfg.last_only = last_only;
-      cfg.causal = !last_only;
+    for (int64_t T : {3, 12}) {   // the small-attention kernel up to 8
       for (int64_t B : {4, 9}) {  // 9 > 5 tokens: the token table
         SCOPED_TRACE(::testing::Message()
                      << "last_only " << last_only << " T " << T << " B " << B);
-        EXPECT_EQ(model::uses_token_table(cfg, B, false), B > 5);
-        auto m = model::build(cfg, 11, torch::kDouble, torch::kCPU);
+        auto m = path_model(last_only, T);
+        EXPECT_EQ(model::uses_token_table(m->config(), B, false), B > 5);
         torch::manual_seed(5);
         const torch::Tensor tokens = torch::randint(0, 5, {B, T});
         const torch::Tensor w =
@@ -205,16 +213,158 @@ TEST(Model, ShortcutsComputeThePlainReferenceFunctionAndGradients) {
             g.push_back(p.grad().clone());
           return g;
         };
-        const torch::Tensor ours = m->forward(tokens);
-        const torch::Tensor ref = reference_forward(m, tokens);
-        EXPECT_LE((ours - ref).abs().max().item<double>(), 1e-12);
-        const auto g_ours = grads(m->forward(tokens));
-        const auto g_ref = grads(reference_forward(m, tokens));
-        ASSERT_EQ(g_ours.size(), g_ref.size());
-        for (size_t i = 0; i < g_ours.size(); ++i) {
-          EXPECT_LE((g_ours[i] - g_ref[i]).abs().max().item<double>(),
-                    1e-12 * (1 + g_ref[i].abs().max().item<double>()))
-              << "parameter " << i;
+        const torch::Tensor ref = protocol_forward(m, tokens);
+        const auto g_ref = grads(protocol_forward(m, tokens));
+        for (bool fast : {true, false}) {
+          auto run = [&] {
+            return fast ? m->forward(tokens) : m->reference_forward(tokens);
+          };
+          EXPECT_LE((run() - ref).abs().max().item<double>(), 1e-12) << fast;
+          const auto g_ours = grads(run());
+          ASSERT_EQ(g_ours.size(), g_ref.size());
+          for (size_t i = 0; i < g_ours.size(); ++i) {
+            EXPECT_LE((g_ours[i] - g_ref[i]).abs().max().item<double>(),
+                      1e-12 * (1 + g_ref[i].abs().max().item<double>()))
+                << "parameter " << i << " fast " << fast;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The speed paths (model/fused.h) against the model's reference_forward.
+
+// A forward pass's output and every parameter's gradient of a fixed
+// random weighting of it.
+struct Pass {
+  torch::Tensor out;
+  std::vector<torch::Tensor> grads;
+};
+
+Pass run_pass(model::Transformer& m, const torch::Tensor& out) {
+  torch::manual_seed(7);
+  Pass pass{out.detach(), {}};
+  m->zero_grad();
+  (out * torch::randn(out.sizes(), torch::kDouble)).sum().backward();
+  for (const auto& p : m->parameters())
+    pass.grads.push_back(p.grad().clone());
+  return pass;
+}
+
+// Largest difference relative to the largest entry of `reference`.
+double relative_gap(const torch::Tensor& a, const torch::Tensor& reference) {
+  return (a - reference).abs().max().item<double>() /
+         std::max(1e-300, reference.abs().max().item<double>());
+}
+
+struct PathCase {
+  const char* name;
+  model::SpeedPaths paths;
+  bool same_forward_bits;  // exact arithmetic: the same output bits
+  // A kernel of its own that sums in another order than the tensor ops:
+  // some bit of the output or a gradient differs, so the path was taken.
+  bool changes_bits;
+  double tolerance;  // fused.h's, relative, output and gradients
+};
+
+std::vector<PathCase> single_paths() {
+  std::vector<PathCase> cases;
+  auto add = [&](const char* name, bool model::SpeedPaths::*path,
+                 bool same_bits, bool changes_bits, double tolerance) {
+    model::SpeedPaths paths;
+    paths.*path = true;
+    cases.push_back({name, paths, same_bits, changes_bits, tolerance});
+  };
+  using P = model::SpeedPaths;
+  add("fused_norm", &P::fused_norm, false, true, 1e-13);
+  add("one_hot_embedding", &P::one_hot_embedding, true, false, 1e-12);
+  add("token_table", &P::token_table, false, false, 1e-12);
+  add("fused_qkv", &P::fused_qkv, false, false, 1e-12);
+  add("small_attention", &P::small_attention, false, true, 1e-13);
+  add("last_query", &P::last_query, false, false, 1e-12);
+  return cases;
+}
+
+// With no speed path the fast forward is the reference, operation for
+// operation: the same bits, output and gradients.
+TEST(SpeedPaths, NoneIsTheReferenceBitForBit) {
+  for (bool last_only : {true, false}) {
+    auto m = path_model(last_only, 6);
+    torch::manual_seed(5);
+    const torch::Tensor tokens = torch::randint(0, 5, {9, 6});
+    const Pass ref = run_pass(m, m->reference_forward(tokens));
+    const Pass fast = run_pass(m, model::fast_forward(*m, tokens, {}));
+    EXPECT_TRUE(fast.out.equal(ref.out)) << "last_only " << last_only;
+    for (size_t i = 0; i < ref.grads.size(); ++i)
+      EXPECT_TRUE(fast.grads[i].equal(ref.grads[i])) << "parameter " << i;
+  }
+}
+
+// Each path alone computes the reference function and gradients: to its
+// tolerance, and the one-hot embedding exactly (every gradient but the
+// embedding's, which sums the same terms in another order, too).
+TEST(SpeedPaths, EachAloneComputesTheReferenceFunctionAndGradients) {
+  for (bool last_only : {true, false}) {
+    auto m = path_model(last_only, 6);
+    torch::manual_seed(5);
+    const torch::Tensor tokens = torch::randint(0, 5, {9, 6});
+    const Pass ref = run_pass(m, m->reference_forward(tokens));
+    for (const PathCase& c : single_paths()) {
+      SCOPED_TRACE(::testing::Message()
+                   << c.name << " last_only " << last_only);
+      const Pass fast = run_pass(m, model::fast_forward(*m, tokens, c.paths));
+      EXPECT_LE(relative_gap(fast.out, ref.out), c.tolerance);
+      if (c.same_forward_bits)
+        EXPECT_TRUE(fast.out.equal(ref.out));
+      bool differs = !fast.out.equal(ref.out);
+      for (size_t i = 0; i < ref.grads.size(); ++i) {
+        EXPECT_LE(relative_gap(fast.grads[i], ref.grads[i]), c.tolerance)
+            << "parameter " << i;
+        if (c.same_forward_bits && i != 0)  // 0: the embedding
+          EXPECT_TRUE(fast.grads[i].equal(ref.grads[i])) << "parameter " << i;
+        differs = differs || !fast.grads[i].equal(ref.grads[i]);
+      }
+      if (c.changes_bits)
+        EXPECT_TRUE(differs) << "the path was not taken";
+    }
+  }
+}
+
+// The paths forward() takes on the CPU (all but the one-hot embedding;
+// small attention up to 8 positions, the table above 5 sequences) and
+// those it takes on CUDA (one-hot embedding, stacked Q/K/V, last query),
+// here run on the CPU, compute the reference function and gradients.
+TEST(SpeedPaths, EachDevicesChoiceComputesTheReference) {
+  for (bool last_only : {true, false}) {
+    for (int64_t T : {3, 12}) {
+      for (int64_t B : {4, 9}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "last_only " << last_only << " T " << T << " B " << B);
+        auto m = path_model(last_only, T);
+        torch::manual_seed(5);
+        const torch::Tensor tokens = torch::randint(0, 5, {B, T});
+        const model::SpeedPaths cpu =
+            model::speed_paths(m->config(), B, T, false);
+        EXPECT_EQ(cpu.token_table, B > 5);
+        EXPECT_EQ(cpu.small_attention, T <= 8);
+        EXPECT_FALSE(cpu.one_hot_embedding);
+        const model::SpeedPaths cuda =
+            model::speed_paths(m->config(), B, T, true);
+        EXPECT_TRUE(cuda.one_hot_embedding && cuda.fused_qkv &&
+                    cuda.last_query);
+        EXPECT_FALSE(cuda.fused_norm || cuda.token_table ||
+                     cuda.small_attention);
+        const Pass ref = run_pass(m, m->reference_forward(tokens));
+        for (const Pass& fast :
+             {run_pass(m, m->forward(tokens)),
+              run_pass(m, model::fast_forward(*m, tokens, cuda))}) {
+          EXPECT_LE(relative_gap(fast.out, ref.out), 1e-12);
+          for (size_t i = 0; i < ref.grads.size(); ++i) {
+            EXPECT_LE(relative_gap(fast.grads[i], ref.grads[i]), 1e-12)
+                << "parameter " << i;
+          }
         }
       }
     }
