@@ -20,7 +20,8 @@
 #include "twins/defaults.h"
 #include "twins/device.h"
 #include "twins/io.h"
-#include "twins/pair.h"
+#include "twins/lockstep.h"
+#include "twins/setup.h"
 #include "twins_paths.h"  // generated: TWINS_SOURCE_DIR
 
 namespace bench {

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <limits>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <thread>
@@ -16,6 +16,7 @@
 #include "twins/corpus.h"
 #include "twins/device.h"
 #include "twins/io.h"
+#include "twins/setup.h"
 #include "twins/snapshot.h"
 
 namespace sweep {
@@ -32,13 +33,14 @@ struct Prepared {
   std::vector<PairSpec> pairs;
   EngineOptions engine;
   CommandOutcome outcome;
-  GroupRunner runner;              // empty: train (twins::run_group)
+  std::unique_ptr<SavedPairs> saved;  // merge --models; null: train
   std::vector<std::string> lines;  // said on the log before the run
 };
 
-std::string results_path(const CommandRequest& r, const std::string& stem) {
-  return !r.engine.results_path.empty()
-             ? r.engine.results_path
+std::string results_path(const CommandRequest& request,
+                         const std::string& stem) {
+  return !request.engine.results_path.empty()
+             ? request.engine.results_path
              : twins::fresh_path("runs", stem, ".jsonl");
 }
 
@@ -47,18 +49,20 @@ std::string results_path(const CommandRequest& r, const std::string& stem) {
 // order of the perturbed attention scores W_Q W_K^T) is finite. Checked
 // before any step, naming the flag and the range.
 void check_ranges(const std::vector<PairSpec>& pairs) {
-  for (const auto& p : pairs) {
-    const bool f32 = p.dtype == torch::kFloat;
+  for (const auto& pair : pairs) {
+    const bool f32 = pair.dtype == torch::kFloat;
     const double lo = f32 ? std::numeric_limits<float>::min()
                           : std::numeric_limits<double>::min();
     const double hi = f32 ? std::numeric_limits<float>::max()
                           : std::numeric_limits<double>::max();
-    const std::string dtype = twins::dtype_name(p.dtype);
-    TORCH_CHECK(p.lr >= lo && p.lr <= hi, "--lr ", p.lr, " is out of range for ",
-                dtype, " (a learning rate is from ", lo, " to ", hi, ")");
+    const std::string dtype = twins::dtype_name(pair.dtype);
+    TORCH_CHECK(pair.lr >= lo && pair.lr <= hi, "--lr ", pair.lr,
+                " is out of range for ", dtype, " (a learning rate is from ",
+                lo, " to ", hi, ")");
     const double most = std::sqrt(hi);
-    TORCH_CHECK(p.noise_scale == 0 || (p.noise_scale >= lo && p.noise_scale <= most),
-                "--noise-scale ", p.noise_scale, " is out of range for ",
+    TORCH_CHECK(pair.noise_scale == 0 ||
+                    (pair.noise_scale >= lo && pair.noise_scale <= most),
+                "--noise-scale ", pair.noise_scale, " is out of range for ",
                 dtype, " (0, or from ", lo, " to ", most,
                 ": its square must be a finite ", dtype, ")");
   }
@@ -67,9 +71,9 @@ void check_ranges(const std::vector<PairSpec>& pairs) {
 // The engine's own checks, then the task's (it reads the corpus once,
 // early): the memory estimate comes before a missing corpus. A char-LM
 // pair's key then names its corpus's content (twins::bind_corpus).
-void check_pairs(std::vector<PairSpec>& pairs, const EngineOptions& e) {
+void check_pairs(std::vector<PairSpec>& pairs, const EngineOptions& engine) {
   check_ranges(pairs);
-  check_run(pairs, e);
+  check_run(pairs, engine);
   twins::check_task(pairs.front());
   twins::bind_corpus(pairs);
 }
@@ -100,17 +104,17 @@ void check_summaries(const std::string& stem, const std::string& results) {
 
 // Every output of a command that runs pairs, before its first step: the
 // results file (appended to), its summaries, the --save-models folder.
-void check_outputs(const Prepared& p) {
-  const std::string& results = p.engine.results_path;
+void check_outputs(const Prepared& prepared) {
+  const std::string& results = prepared.engine.results_path;
   TORCH_CHECK(!summary_extension(results), "--out '", results,
               "': a results file is JSON lines (name it .jsonl); ",
               fs::path(results).extension().string(),
               " is what the summaries and figures written beside it end in");
   twins::check_output_file(results, "results file", twins::OutputKind::kAppend);
   twins::protect_input(results, "the results file");
-  check_summaries(p.outcome.summary_stem, results);
-  if (!p.engine.save_models.empty())
-    twins::check_output_directory(p.engine.save_models, "--save-models");
+  check_summaries(prepared.outcome.summary_stem, results);
+  if (!prepared.engine.save_models.empty())
+    twins::check_output_directory(prepared.engine.save_models, "--save-models");
 }
 
 // Flags given that the plan would not use, refused rather than ignored:
@@ -151,13 +155,14 @@ int slurm_cpus() {
   return static_cast<int>(cpus);
 }
 
-// Sets --jobs / --threads of the job list `p.pairs` (resolve_parallelism)
-// on p.engine, before the memory check reads them.
-Parallelism set_parallelism(const CommandRequest& r, Prepared* p) {
+// Sets --jobs / --threads of the job list `prepared->pairs`
+// (resolve_parallelism) on prepared->engine, before the memory check reads
+// them.
+Parallelism set_parallelism(const CommandRequest& request, Prepared* prepared) {
   const Parallelism par = resolve_parallelism(
-      r, group_pairs(p->pairs, p->engine.share).size());
-  p->engine.jobs = par.jobs;
-  p->engine.threads = par.threads;
+      request, group_pairs(prepared->pairs, prepared->engine.share).size());
+  prepared->engine.jobs = par.jobs;
+  prepared->engine.threads = par.threads;
   return par;
 }
 
@@ -165,42 +170,44 @@ Parallelism set_parallelism(const CommandRequest& r, Prepared* p) {
 // Resolve: one function per kind
 
 // run, verdict, merge: the pairs of the plan.
-Prepared resolve_plan(const CommandRequest& r) {
-  Prepared p;
-  p.engine = r.engine;
-  PlanRequest plan = r.plan;
+Prepared resolve_plan(const CommandRequest& request) {
+  Prepared prepared;
+  prepared.engine = request.engine;
+  PlanRequest plan = request.plan;
   twins::configure_determinism();  // before any CUDA call
-  if (r.kind == CommandKind::kMerge && plan.merge_at.empty())
+  if (request.kind == CommandKind::kMerge && plan.merge_at.empty())
     plan.merge_at = default_merge_steps(planned_steps(plan));
-  p.pairs = r.kind == CommandKind::kVerdict ? verdict_specs(plan)
-                                            : expand(plan);
-  check_applies(plan, r.kind);  // after expand: it names unknown values
+  prepared.pairs = request.kind == CommandKind::kVerdict ? verdict_specs(plan)
+                                                         : expand(plan);
+  check_applies(plan, request.kind);  // after expand: it names unknown values
   twins::resolve_device(plan.device);
-  const Parallelism parallel = set_parallelism(r, &p);
+  const Parallelism parallel = set_parallelism(request, &prepared);
   if (parallel.from_slurm)
-    p.lines.push_back(fmt::format("{} pairs, {}", p.pairs.size(), parallel.said));
-  check_pairs(p.pairs, p.engine);
-  const char* prefix = r.kind == CommandKind::kVerdict ? "verdict-"
-                       : r.kind == CommandKind::kMerge ? "merge-"
-                                                       : "";
-  p.engine.results_path = results_path(r, prefix + plan.task);
-  if (r.kind == CommandKind::kMerge) {
+    prepared.lines.push_back(
+        fmt::format("{} pairs, {}", prepared.pairs.size(), parallel.said));
+  check_pairs(prepared.pairs, prepared.engine);
+  const char* prefix = request.kind == CommandKind::kVerdict ? "verdict-"
+                       : request.kind == CommandKind::kMerge ? "merge-"
+                                                             : "";
+  prepared.engine.results_path = results_path(request, prefix + plan.task);
+  if (request.kind == CommandKind::kMerge) {
     Table job_list;
     job_list.name = job_list.layout = "merge";
     job_list.title = "Head merging";
-    job_list.pairs = p.pairs;
-    p.outcome.layout = job_list.layout;
-    p.outcome.expected = {job_list};
-    p.outcome.summary_stem = twins::summary_stem(p.engine.results_path);
+    job_list.pairs = prepared.pairs;
+    prepared.outcome.layout = job_list.layout;
+    prepared.outcome.expected = {job_list};
+    prepared.outcome.summary_stem =
+        twins::summary_stem(prepared.engine.results_path);
   }
-  return p;
+  return prepared;
 }
 
-void check_overrides(const TableOverrides& o) {
-  if (!o.dtype.empty())
-    twins::parse_dtype(o.dtype);  // names the value
-  if (!o.protocol.empty())
-    twins::parse_protocol(o.protocol);
+void check_overrides(const TableOverrides& overrides) {
+  if (!overrides.dtype.empty())
+    twins::parse_dtype(overrides.dtype);  // names the value
+  if (!overrides.protocol.empty())
+    twins::parse_protocol(overrides.protocol);
 }
 
 // The lines a table says before it runs: what, where, and how it differs
@@ -208,14 +215,14 @@ void check_overrides(const TableOverrides& o) {
 std::vector<std::string> table_banner(const Table& table, size_t pairs,
                                       const Shard* shard,
                                       const Parallelism& parallel,
-                                      const EngineOptions& e) {
+                                      const EngineOptions& engine) {
   std::string what = fmt::format("{}: {} pairs", table.name, pairs);
   if (shard) {
     what += fmt::format(" (shard {}/{} of {})", shard->index, shard->count,
                         table.pairs.size());
   }
   std::vector<std::string> lines = {fmt::format(
-      "{}, {}; results in {}", what, parallel.said, e.results_path)};
+      "{}, {}; results in {}", what, parallel.said, engine.results_path)};
   if (!table.deviations.empty()) {
     lines.push_back(fmt::format("NOT the paper's configuration: {}",
                                 fmt::join(table.deviations, ", ")));
@@ -223,99 +230,99 @@ std::vector<std::string> table_banner(const Table& table, size_t pairs,
   return lines;
 }
 
-Prepared resolve_table(const CommandRequest& r) {
-  TORCH_CHECK(!r.table.empty(), "table: name a table (",
+Prepared resolve_table(const CommandRequest& request) {
+  TORCH_CHECK(!request.table.empty(), "table: name a table (",
               fmt::format("{}", fmt::join(table_names(), ", ")),
               "), or use --list or --aggregate FILE");
-  check_overrides(r.overrides);
-  const bool sharded = !r.shard.empty();
-  const Shard shard = sharded ? parse_shard(r.shard) : Shard{};
+  check_overrides(request.overrides);
+  const bool sharded = !request.shard.empty();
+  const Shard shard = sharded ? parse_shard(request.shard) : Shard{};
   twins::configure_determinism();  // before any CUDA call
-  const Table table = make_table(r.table, r.overrides);
+  const Table table = make_table(request.table, request.overrides);
   twins::resolve_device(table.pairs.front().device);
-  Prepared p;
-  p.engine = r.engine;
-  p.engine.table = table.name;
-  p.pairs = shard_of(table.pairs, shard, p.engine.share);
+  Prepared prepared;
+  prepared.engine = request.engine;
+  prepared.engine.table = table.name;
+  prepared.pairs = shard_of(table.pairs, shard, prepared.engine.share);
   if (sharded) {
-    const size_t groups = group_pairs(table.pairs, p.engine.share).size();
-    TORCH_CHECK(!p.pairs.empty(), "--shard ", r.shard, ": ", table.name,
-                " has ", groups, " group(s) of pairs, so shard ", shard.index,
-                " of ", shard.count, " would be empty; use at most ", groups,
-                " shards");
+    const size_t groups =
+        group_pairs(table.pairs, prepared.engine.share).size();
+    TORCH_CHECK(!prepared.pairs.empty(), "--shard ", request.shard, ": ",
+                table.name, " has ", groups, " group(s) of pairs, so shard ",
+                shard.index, " of ", shard.count,
+                " would be empty; use at most ", groups, " shards");
   }
-  const Parallelism parallel = set_parallelism(r, &p);
-  check_pairs(p.pairs, p.engine);
-  std::string name = config_name(table.name, r.overrides);
+  const Parallelism parallel = set_parallelism(request, &prepared);
+  check_pairs(prepared.pairs, prepared.engine);
+  std::string name = config_name(table.name, request.overrides);
   if (sharded)
     name += fmt::format("-shard{}of{}", shard.index, shard.count);
-  p.engine.results_path = !r.engine.results_path.empty()
-                              ? r.engine.results_path
-                              : (fs::path("runs") / (name + ".jsonl")).string();
-  p.lines = table_banner(table, p.pairs.size(), sharded ? &shard : nullptr,
-                         parallel, p.engine);
+  prepared.engine.results_path =
+      !request.engine.results_path.empty()
+          ? request.engine.results_path
+          : (fs::path("runs") / (name + ".jsonl")).string();
+  prepared.lines =
+      table_banner(table, prepared.pairs.size(), sharded ? &shard : nullptr,
+                   parallel, prepared.engine);
   // This job list's records are aggregated (the file may hold other pairs).
   Table job_list = table;
-  job_list.pairs = p.pairs;
+  job_list.pairs = prepared.pairs;
   if (sharded) {
     job_list.name =
         fmt::format("{} shard {}/{}", table.name, shard.index, shard.count);
-    p.outcome.notes.push_back(fmt::format(
+    prepared.outcome.notes.push_back(fmt::format(
         "Shard {}/{}: a part of {}; merge the shard files with `twin-run "
         "table --aggregate <shard files>`.",
         shard.index, shard.count, table.name));
   }
-  p.outcome.layout = table.layout;
-  p.outcome.expected = {job_list};
-  p.outcome.summary_stem = twins::summary_stem(p.engine.results_path);
-  return p;
+  prepared.outcome.layout = table.layout;
+  prepared.outcome.expected = {job_list};
+  prepared.outcome.summary_stem =
+      twins::summary_stem(prepared.engine.results_path);
+  return prepared;
 }
 
 // merge --models: every saved pair loaded and checked before anything is
-// written; the engine then measures them instead of training.
-Prepared resolve_saved(const CommandRequest& r) {
-  TORCH_CHECK(fs::is_directory(r.models), "--models: '", r.models,
+// written; the engine then measures them instead of training (run_sweep's
+// `saved`).
+Prepared resolve_saved(const CommandRequest& request) {
+  TORCH_CHECK(fs::is_directory(request.models), "--models: '", request.models,
               "' is not a directory");
-  const std::vector<std::string> dirs = twins::find_saved_pairs(r.models);
-  TORCH_CHECK(!dirs.empty(), "--models: no saved pairs in '", r.models,
+  const std::vector<std::string> dirs = twins::find_saved_pairs(request.models);
+  TORCH_CHECK(!dirs.empty(), "--models: no saved pairs in '", request.models,
               "' (each is a directory with ", twins::kSnapshotSpecFile, ", ",
               twins::kSnapshotModelFiles[0], " and ",
               twins::kSnapshotModelFiles[1], ", written by --save-models)");
   twins::configure_determinism();  // before any CUDA call
-  const torch::Device device = twins::resolve_device(r.plan.device);
-  auto saved = std::make_shared<std::map<std::string, twins::SavedPair>>();
-  Prepared p;
+  const torch::Device device = twins::resolve_device(request.plan.device);
+  Prepared prepared;
+  prepared.saved = std::make_unique<SavedPairs>();
   for (const auto& d : dirs) {
     twins::SavedPair s = twins::load_pair(d, device);
-    p.pairs.push_back(twins::saved_spec(s));
-    saved->emplace(p.pairs.back().key(), std::move(s));
+    prepared.pairs.push_back(twins::saved_spec(s));
+    prepared.saved->emplace(prepared.pairs.back().key(), std::move(s));
   }
-  std::vector<PairSpec> bound = p.pairs;
+  std::vector<PairSpec> bound = prepared.pairs;
   twins::bind_corpus(bound);  // throws when a corpus changed since
-  p.engine = r.engine;
-  p.engine.quiet = true;  // nothing trains: no progress to show
-  set_parallelism(r, &p);
-  p.engine.results_path = results_path(r, "merge-models");
-  p.runner = [saved](const std::vector<PairSpec>& group,
-                     const twins::GroupOptions& go) {
-    for (const auto& spec : group) {
-      twins::SavedPair& s = saved->at(spec.key());
-      go.pair_done(twins::measure_saved(s), s.step, s.m1, s.m2);
-    }
-  };
-  p.outcome.layout = "merge";
-  p.outcome.summary_stem = twins::summary_stem(p.engine.results_path);
-  return p;
+  prepared.engine = request.engine;
+  prepared.engine.quiet = true;  // nothing trains: no progress to show
+  set_parallelism(request, &prepared);
+  prepared.engine.results_path = results_path(request, "merge-models");
+  prepared.outcome.layout = "merge";
+  prepared.outcome.summary_stem =
+      twins::summary_stem(prepared.engine.results_path);
+  return prepared;
 }
 
 // Records of no table must share one setting (task, steps, dtype, device,
 // shape, data): their figures share cells.
 void check_one_setting(const std::vector<StoredRecord>& records) {
-  auto setting = [](const PairSpec& s) {
-    return fmt::format("--task {} --steps {} --dtype {} --device {} --depth {} "
-                       "--d-model {} --heads {} --mlp {} --data-seed {}",
-                       s.task, s.steps, twins::dtype_name(s.dtype), s.device,
-                       s.depth, s.d_model, s.heads, s.mlp, s.data_seed);
+  auto setting = [](const PairSpec& spec) {
+    return fmt::format(
+        "--task {} --steps {} --dtype {} --device {} --depth {} "
+        "--d-model {} --heads {} --mlp {} --data-seed {}",
+        spec.task, spec.steps, twins::dtype_name(spec.dtype), spec.device,
+        spec.depth, spec.d_model, spec.heads, spec.mlp, spec.data_seed);
   };
   const std::string first = setting(records.front().result.spec);
   for (const auto& rec : records) {
@@ -331,17 +338,19 @@ void check_one_setting(const std::vector<StoredRecord>& records) {
 // belong to, one per table and configuration (steps / dtype / device),
 // each rebuilt so that missing pairs can be named and other
 // configurations' records left out.
-CommandOutcome resolve_aggregate(const CommandRequest& r) {
-  TORCH_CHECK(r.engine.results_path.empty(),
+CommandOutcome resolve_aggregate(const CommandRequest& request) {
+  TORCH_CHECK(request.engine.results_path.empty(),
               "--out names a results file to run into; with --aggregate the "
               "tables go next to the first file");
   CommandOutcome out;
-  out.kind = r.kind;
-  out.results_path = r.inputs.front();
-  out.run.records = read_records(r.inputs, r.engine.allow_mixed_env);
+  out.kind = request.kind;
+  out.results_path = request.inputs.front();
+  out.run.records =
+      read_records(request.inputs, request.engine.allow_mixed_env);
   std::map<std::string, Table> tables;  // by configuration name
   for (const auto& rec : out.run.records) {
-    const std::string t = !r.table.empty() ? r.table : rec.json.value("table", "");
+    const std::string t =
+        !request.table.empty() ? request.table : rec.json.value("table", "");
     if (t.empty())
       continue;
     const TableOverrides o = overrides_of(t, rec.result.spec);
@@ -364,9 +373,10 @@ CommandOutcome resolve_aggregate(const CommandRequest& r) {
     configs.push_back(config);
   }
   if (tables.empty()) {
-    TORCH_CHECK(r.layout_of, "aggregate: no way to name the records' layout");
+    TORCH_CHECK(request.layout_of,
+                "aggregate: no way to name the records' layout");
     check_one_setting(out.run.records);
-    out.layout = r.layout_of(out.results());
+    out.layout = request.layout_of(out.results());
     out.notes.push_back(
         "These records name no table (a plain run): their layout is "
         "inferred from their pairs, and the paper's figures beside them are "
@@ -376,28 +386,28 @@ CommandOutcome resolve_aggregate(const CommandRequest& r) {
   }
   // One file: its own name. Several: named after their configurations, so
   // that merging the shards of another configuration writes elsewhere.
-  out.summary_stem = twins::summary_stem(r.inputs.front());
-  if (r.inputs.size() > 1) {
+  out.summary_stem = twins::summary_stem(request.inputs.front());
+  if (request.inputs.size() > 1) {
     const std::string what = !configs.empty()
                                  ? fmt::format("{}", fmt::join(configs, "+"))
                                  : out.layout;
     out.summary_stem =
-        (fs::path(r.inputs.front()).parent_path() / (what + "-merged"))
+        (fs::path(request.inputs.front()).parent_path() / (what + "-merged"))
             .string();
   }
   // read_records marked the inputs: no summary may replace one.
-  check_summaries(out.summary_stem, r.inputs.front());
+  check_summaries(out.summary_stem, request.inputs.front());
   return out;
 }
 
-Prepared resolve(const CommandRequest& r) {
-  switch (r.kind) {
+Prepared resolve(const CommandRequest& request) {
+  switch (request.kind) {
     case CommandKind::kTable:
-      return resolve_table(r);
+      return resolve_table(request);
     case CommandKind::kMergeSaved:
-      return resolve_saved(r);
+      return resolve_saved(request);
     default:
-      return resolve_plan(r);
+      return resolve_plan(request);
   }
 }
 
@@ -414,66 +424,54 @@ int default_threads(CommandKind kind) {
   return kind == CommandKind::kTable ? 1 : 2;
 }
 
-Parallelism resolve_parallelism(const CommandRequest& r, size_t groups) {
-  Parallelism p;
-  p.jobs = r.engine.jobs;
-  p.threads = r.engine.threads;
+Parallelism resolve_parallelism(const CommandRequest& request, size_t groups) {
+  Parallelism parallelism;
+  parallelism.jobs = request.engine.jobs;
+  parallelism.threads = request.engine.threads;
   // Both given: the environment is not read (nor judged).
-  const int cpus = r.jobs_given && r.threads_given ? 0 : slurm_cpus();
+  const int cpus =
+      request.jobs_given && request.threads_given ? 0 : slurm_cpus();
   std::string jobs_why, threads_why;
-  if (cpus > 0 && !r.jobs_given) {
+  if (cpus > 0 && !request.jobs_given) {
     // Never more groups at once than there are, nor more threads in all
     // than CPUs.
-    const int per_job = r.threads_given ? std::max(1, r.engine.threads) : 1;
+    const int per_job =
+        request.threads_given ? std::max(1, request.engine.threads) : 1;
     const size_t most = static_cast<size_t>(std::max(1, cpus / per_job));
-    p.jobs = static_cast<int>(std::max<size_t>(1, std::min(groups, most)));
-    jobs_why = r.threads_given
+    parallelism.jobs =
+        static_cast<int>(std::max<size_t>(1, std::min(groups, most)));
+    jobs_why = request.threads_given
                    ? fmt::format(" = min({} group(s), {} CPUs / --threads {})",
                                  groups, cpus, per_job)
                    : fmt::format(" = min({} group(s), {} CPUs)", groups, cpus);
   }
-  if (cpus > 0 && !r.threads_given) {
-    p.threads = std::max(1, cpus / p.jobs);
-    threads_why = fmt::format(" = {} CPUs / {} job(s)", cpus, p.jobs);
+  if (cpus > 0 && !request.threads_given) {
+    parallelism.threads = std::max(1, cpus / parallelism.jobs);
+    threads_why = fmt::format(" = {} CPUs / {} job(s)", cpus, parallelism.jobs);
   }
-  p.from_slurm = !jobs_why.empty() || !threads_why.empty();
-  p.said = fmt::format("--jobs {}{}, --threads {}{}", p.jobs, jobs_why,
-                       p.threads, threads_why);
-  if (p.from_slurm)
-    p.said += fmt::format(" (SLURM_CPUS_PER_TASK={})", cpus);
-  return p;
+  parallelism.from_slurm = !jobs_why.empty() || !threads_why.empty();
+  parallelism.said =
+      fmt::format("--jobs {}{}, --threads {}{}", parallelism.jobs, jobs_why,
+                  parallelism.threads, threads_why);
+  if (parallelism.from_slurm)
+    parallelism.said += fmt::format(" (SLURM_CPUS_PER_TASK={})", cpus);
+  return parallelism;
 }
 
 CommandOutcome run_command(const CommandRequest& request) {
   if (request.kind == CommandKind::kAggregate)
     return resolve_aggregate(request);
-  Prepared p = resolve(request);
-  check_outputs(p);
-  if (!p.engine.quiet) {
-    for (const auto& line : p.lines)
-      fmt::print(p.engine.log, "{}\n", line);
+  Prepared prepared = resolve(request);
+  check_outputs(prepared);
+  if (!prepared.engine.quiet) {
+    for (const auto& line : prepared.lines)
+      fmt::print(prepared.engine.log, "{}\n", line);
   }
-  CommandOutcome out = std::move(p.outcome);
+  CommandOutcome out = std::move(prepared.outcome);
   out.kind = request.kind;
-  out.results_path = p.engine.results_path;
-  out.run = run_sweep(p.pairs, p.engine, p.runner);
+  out.results_path = prepared.engine.results_path;
+  out.run = run_sweep(prepared.pairs, prepared.engine, prepared.saved.get());
   return out;
-}
-
-std::string outcome_line(const CommandOutcome& o) {
-  switch (o.kind) {
-    case CommandKind::kAggregate:
-      return "";
-    case CommandKind::kMergeSaved:
-      return fmt::format("{} saved pair(s) measured; records in {}\n",
-                         o.run.records.size(), o.results_path);
-    default:
-      return fmt::format(
-          "{} pair(s): {} run now ({} group(s), {} models trained) in "
-          "{:.1f} s, {} already recorded; records in {}\n",
-          o.run.records.size(), o.run.ran, o.run.groups, o.run.models,
-          o.run.wall_s, o.run.already, o.results_path);
-  }
 }
 
 TableCost table_cost(const Table& table, bool share) {
@@ -504,6 +502,22 @@ TableCost table_cost(const Table& table, bool share) {
         c.memory_at_most, estimate_memory(g.front()).total(k, c.most_models));
   }
   return c;
+}
+
+std::string outcome_line(const CommandOutcome& o) {
+  switch (o.kind) {
+    case CommandKind::kAggregate:
+      return "";
+    case CommandKind::kMergeSaved:
+      return fmt::format("{} saved pair(s) measured; records in {}\n",
+                         o.run.records.size(), o.results_path);
+    default:
+      return fmt::format(
+          "{} pair(s): {} run now ({} group(s), {} models trained) in "
+          "{:.1f} s, {} already recorded; records in {}\n",
+          o.run.records.size(), o.run.ran, o.run.groups, o.run.models,
+          o.run.wall_s, o.run.already, o.results_path);
+  }
 }
 
 std::string table_list(const TableOverrides& overrides, bool share) {

@@ -9,25 +9,28 @@
 //     difference, never a silent mix of old and new numbers;
 //   - lock: an exclusive lock on the file keeps a second process out;
 //   - grouping: pairs that train the same copy 1 (PairSpec::reference_key)
-//     form one group that trains the reference once (twins::Lockstep);
+//     form one group that trains the reference once (twins::run_group);
 //   - scheduling: `jobs` groups at once, `threads` models of a group at
 //     once, each model on one LibTorch / OpenBLAS thread;
 //   - records: each pair's record is appended (fsync'd) as the pair ends.
-//   - checkpoints: with EngineOptions::state, each group's whole state is
-//     written as it trains and a rerun goes on from there.
+//   - checkpoints: with EngineOptions::state, each group keeps a
+//     checkpoint (twins::GroupCheckpoint: its file, when it is written,
+//     resumed and removed) and a rerun goes on from there; the engine
+//     installs the stop signals' handlers while groups run.
 // None of it touches a pair's numbers: a record is the same whichever
 // group, shard, job slot, thread or rerun produced it.
 #pragma once
 
 #include <atomic>
 #include <cstdio>
-#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "sweep/results.h"
-#include "twins/pair.h"
+#include "twins/group_state.h"
+#include "twins/snapshot.h"
 #include "twins/spec.h"
 
 namespace sweep {
@@ -87,12 +90,12 @@ struct EngineOptions {
   // When set, both copies of every pair are saved there as it ends
   // (twins/snapshot.h), one directory per pair.
   std::string save_models;
-  // When enabled, every group keeps a state file (a checkpoint,
-  // twins/group_state.h) in state_dir(results_path), written as the policy
-  // says and when SIGTERM, SIGUSR1 or SIGINT asks the run to stop (the
-  // handlers are installed while groups run; a second SIGINT or SIGTERM
-  // ends the process at once). A rerun resumes each group from its file;
-  // a group's file is removed when its records are written.
+  // When enabled, every group that trains keeps a checkpoint
+  // (twins::GroupCheckpoint) in twins::checkpoint_folder(results_path),
+  // written as the policy says and when SIGTERM, SIGUSR1 or SIGINT asks the
+  // run to stop (twins::StopSignals, installed while groups run). A rerun
+  // resumes each group from its file; a group's file is removed when its
+  // records are written, the folder with the last of them.
   twins::StatePolicy state;
   // Whether the engine installs those handlers; a front end that stops the
   // run itself (twins::request_stop: the Python module) keeps its own.
@@ -103,9 +106,6 @@ struct EngineOptions {
   // environment (twins/environment.h) with a warning instead of an error.
   bool allow_mixed_env = false;
 };
-
-// The folder of a results file's checkpoints: "<results>.ckpt".
-std::string state_dir(const std::string& results_path);
 
 struct EngineOutcome {
   size_t already = 0;              // pairs found in the file, not rerun
@@ -124,21 +124,21 @@ struct EngineOutcome {
 void check_run(const std::vector<twins::PairSpec>& pairs,
                const EngineOptions& options);
 
-// How the engine runs one group: it must call options.pair_done once per
-// pair as the pair ends. The default trains it (twins::run_group); saved
-// pairs are measured instead (twins::measure_saved).
-using GroupRunner = std::function<void(const std::vector<twins::PairSpec>&,
-                                       const twins::GroupOptions& options)>;
+// merge --models: saved pairs (twins/snapshot.h), each under the key of
+// its record's spec (twins::saved_spec).
+using SavedPairs = std::map<std::string, twins::SavedPair>;
 
 // Runs the pairs of `pairs` the results file does not hold yet (see the
-// top of this file), each group by `runner` (empty: twins::run_group).
-// Validates the file, the job list and the memory estimate before anything
-// is created; on an error while running, no new group starts, running
-// groups finish and are recorded, then the first error is rethrown (and an
-// empty file the run created is removed).
+// top of this file): each group trained by twins::run_group or, given
+// `saved`, each pair measured as saved (twins::measure_saved) — nothing
+// trains then, so nothing is checkpointed and a signal ends the process as
+// it would without checkpoints. Validates the file, the job list and the
+// memory estimate before anything is created; on an error while running,
+// no new group starts, running groups finish and are recorded, then the
+// first error is rethrown (and an empty file the run created is removed).
 EngineOutcome run_sweep(const std::vector<twins::PairSpec>& pairs,
                         const EngineOptions& options,
-                        const GroupRunner& runner = {});
+                        SavedPairs* saved = nullptr);
 
 // The records of `file` whose key is one of `pairs`', in job-list order,
 // each once. Throws when a record holds one of the pairs under another key

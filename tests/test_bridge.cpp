@@ -74,6 +74,7 @@ TEST(BridgeWithoutPython, TheTorchZooIsNotListed) {
 #include "twins/group_state.h"
 #include "twins/pair.h"
 #include "twins/record.h"
+#include "twins/setup.h"
 
 using namespace bridge_testing;
 
@@ -299,9 +300,10 @@ TEST(BridgeCheckpoint, APythonRuleResumesToTheSameBits) {
     const auto straight = text(twins::run_group(specs));
     const std::string file = (scratch() / "python.ckpt").string();
     fs::remove(file);
+    twins::StatePolicy policy;
+    policy.every_steps = 1000;
     twins::GroupOptions stop;
-    stop.state_file = file;
-    stop.state.every_steps = 1000;
+    stop.checkpoint = twins::GroupCheckpoint(file, policy);
     stop.progress = [](int64_t step) {
       if (step == 7)
         twins::request_stop(SIGTERM);
@@ -310,8 +312,7 @@ TEST(BridgeCheckpoint, APythonRuleResumesToTheSameBits) {
     twins::clear_stop();
     EXPECT_EQ(twins::read_state_file(file).header.at("step"), 7);
     twins::GroupOptions resume;
-    resume.state_file = file;
-    resume.state.every_steps = 1000;
+    resume.checkpoint = twins::GroupCheckpoint(file, policy);
     EXPECT_EQ(text(twins::run_group(specs, resume)), straight);
   }
 }

@@ -71,33 +71,58 @@ PairSpec charlm_spec(const std::string& opt, torch::Dtype dtype) {
   return s;
 }
 
+// A checkpoint policy that writes every `steps` steps.
+twins::StatePolicy every(int64_t steps, bool restart = false) {
+  twins::StatePolicy policy;
+  policy.every_steps = steps;
+  policy.restart = restart;
+  return policy;
+}
+
+// Runs the group with its checkpoint in `file` until it stops (as SIGTERM
+// would) after step `at`, leaving the file of that step.
+void stop_at(const std::vector<PairSpec>& group, int64_t at,
+             const fs::path& file) {
+  twins::GroupOptions options;
+  options.checkpoint = twins::GroupCheckpoint(file.string(), every(1000000));
+  options.progress = [at](int64_t step) {
+    if (step == at)
+      twins::request_stop(SIGTERM);
+  };
+  EXPECT_THROW(twins::run_group(group, options), twins::Stopped);
+  twins::clear_stop();
+  ASSERT_EQ(twins::read_state_file(file.string()).header.at("step"), at);
+}
+
 struct Interrupted {
   std::vector<twins::PairResult> results;
   std::vector<int64_t> saved_at;  // the step each stop left in the file
 };
 
 // Runs the group, stopping it (as SIGTERM would) after each of `stops`, and
-// resuming it from its state file each time.
+// resuming it from its state file each time; the group that ends removes
+// its file.
 Interrupted run_interrupted(const std::vector<PairSpec>& group,
                             const std::vector<int64_t>& stops,
                             const fs::path& file) {
   Interrupted out;
   fs::remove(file);
   for (size_t k = 0; k <= stops.size(); ++k) {
-    twins::GroupOptions o;
-    o.state_file = file.string();
-    o.state.every_steps = 1000000;  // only the stops write it
+    twins::GroupOptions options;
+    // Only the stops write it.
+    options.checkpoint = twins::GroupCheckpoint(file.string(), every(1000000));
     if (k < stops.size()) {
       const int64_t at = stops[k];
-      o.progress = [at](int64_t step) {
+      options.progress = [at](int64_t step) {
         if (step == at)
           twins::request_stop(SIGTERM);
       };
     }
     try {
-      out.results = twins::run_group(group, o);
+      out.results = twins::run_group(group, options);
       EXPECT_EQ(k, stops.size()) << "the run was not stopped at step "
                                  << stops[k];
+      EXPECT_FALSE(fs::exists(file)) << "the ended group left its file";
     } catch (const twins::Stopped& e) {
       twins::clear_stop();
       EXPECT_EQ(e.signal(), SIGTERM);
@@ -169,19 +194,19 @@ TEST(Checkpoint, TwoThreadsAndOneGiveTheSameResumedBits) {
   const auto straight = records(twins::run_group(group));
   const fs::path dir = fresh_dir("ckpt-threads");
   const fs::path file = dir / "g.ckpt";
-  twins::GroupOptions o;
-  o.state_file = file.string();
-  o.state.every_steps = 7;  // written by the policy, not by a stop
-  o.threads = 2;
-  o.progress = [](int64_t step) {
+  twins::GroupOptions options;
+  // Written by the policy, not by a stop.
+  options.checkpoint = twins::GroupCheckpoint(file.string(), every(7));
+  options.threads = 2;
+  options.progress = [](int64_t step) {
     if (step == 30)
       twins::request_stop(SIGUSR1);
   };
-  EXPECT_THROW(twins::run_group(group, o), twins::Stopped);
+  EXPECT_THROW(twins::run_group(group, options), twins::Stopped);
   twins::clear_stop();
+  EXPECT_EQ(twins::read_state_file(file.string()).header.at("step"), 30);
   twins::GroupOptions resume;
-  resume.state_file = file.string();
-  resume.state.every_steps = 7;
+  resume.checkpoint = twins::GroupCheckpoint(file.string(), every(7));
   EXPECT_EQ(records(twins::run_group(group, resume)), straight);
   fs::remove_all(dir);
 }
@@ -192,14 +217,14 @@ TEST(Checkpoint, AGroupOfFewerPairsResumesFromItsFile) {
   const auto group = triplet(mod_spec("adam", torch::kDouble));
   const auto straight = records(twins::run_group(group));
   const fs::path dir = fresh_dir("ckpt-subset");
-  run_interrupted(group, {9}, dir / "g.ckpt");  // leaves the file of step 9
+  stop_at(group, 9, dir / "g.ckpt");
   // Resume only the noise twin, from the file of step 9 written for three.
-  twins::GroupOptions o;
-  o.state_file = (dir / "g.ckpt").string();
-  o.state.every_steps = 1000;
+  twins::GroupOptions options;
   std::vector<std::string> notes;
-  o.note = [&](const std::string& line) { notes.push_back(line); };
-  const auto resumed = twins::run_group({group[2]}, o);
+  options.checkpoint = twins::GroupCheckpoint(
+      (dir / "g.ckpt").string(), every(1000),
+      [&](const std::string& line) { notes.push_back(line); });
+  const auto resumed = twins::run_group({group[2]}, options);
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_NE(notes[0].find("resumed at step 9"), std::string::npos) << notes[0];
   EXPECT_EQ(records(resumed)[0], straight[2]);
@@ -214,21 +239,19 @@ class BadCheckpoint : public ::testing::Test {
     dir_ = fresh_dir("ckpt-bad");
     file_ = dir_ / "g.ckpt";
     group_ = triplet(mod_spec("adam", torch::kFloat));
-    run_interrupted(group_, {6}, file_);
-    ASSERT_TRUE(fs::exists(file_));
+    stop_at(group_, 6, file_);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
   // Runs `group` on the file; the error's message, or "" if none.
   std::string error_of(const std::vector<PairSpec>& group,
                        bool restart = false) {
-    twins::GroupOptions o;
-    o.state_file = file_.string();
-    o.state.every_steps = 1000;
-    o.state.restart = restart;
-    o.note = [this](const std::string& line) { notes_.push_back(line); };
+    twins::GroupOptions options;
+    options.checkpoint = twins::GroupCheckpoint(
+        file_.string(), every(1000, restart),
+        [this](const std::string& line) { notes_.push_back(line); });
     try {
-      results_ = twins::run_group(group, o);
+      results_ = twins::run_group(group, options);
     } catch (const std::exception& e) {
       return e.what();
     }
@@ -375,7 +398,7 @@ TEST(CheckpointEngine, SplitGroupsKeepTheirCheckpointsWhenAPairIsRecorded) {
 
   auto o = options("split.jsonl", log);
   o.state.every_steps = 1;
-  const fs::path ckpt = sweep::state_dir(o.results_path);
+  const fs::path ckpt = twins::checkpoint_folder(o.results_path);
   // Stopped as SIGTERM would once both groups have written a checkpoint.
   auto checkpoints = [&] {
     int n = 0;

@@ -40,9 +40,10 @@ std::vector<twins::PairResult> stopped_and_resumed(
     const std::string& name) {
   const std::string file = (scratch() / (name + ".ckpt")).string();
   fs::remove(file);
+  twins::StatePolicy policy;
+  policy.every_steps = 1000;
   twins::GroupOptions stop;
-  stop.state_file = file;
-  stop.state.every_steps = 1000;
+  stop.checkpoint = twins::GroupCheckpoint(file, policy);
   stop.progress = [stop_at](int64_t step) {
     if (step == stop_at)
       twins::request_stop(SIGTERM);
@@ -50,8 +51,7 @@ std::vector<twins::PairResult> stopped_and_resumed(
   EXPECT_THROW(twins::run_group(specs, stop), twins::Stopped);
   twins::clear_stop();
   twins::GroupOptions resume;
-  resume.state_file = file;
-  resume.state.every_steps = 1000;
+  resume.checkpoint = twins::GroupCheckpoint(file, policy);
   return twins::run_group(specs, resume);
 }
 

@@ -24,6 +24,7 @@
 #include "optim/scalar_adam.h"
 #include "twins/defaults.h"
 #include "twins/pair.h"
+#include "twins/setup.h"
 
 namespace {
 

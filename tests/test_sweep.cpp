@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "binary_helpers.h"
+#include "optim/registry.h"
 #include "report/aggregate.h"
 #include "report/plot.h"
 #include "sweep/command.h"

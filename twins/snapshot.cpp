@@ -15,8 +15,8 @@
 #include "twins/io.h"
 #include "twins/merge.h"
 #include "twins/metrics.h"
-#include "twins/pair.h"
 #include "twins/record.h"
+#include "twins/setup.h"
 
 namespace twins {
 
