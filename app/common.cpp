@@ -6,21 +6,54 @@
 
 namespace app {
 
-void write_aggregate(const sweep::CommandOutcome& o, bool plot) {
-  const std::vector<twins::PairResult> results = o.results();
+void write_aggregate(const sweep::CommandOutcome& outcome, bool plot) {
+  const std::vector<twins::PairResult> results = outcome.results();
   std::vector<report::Expected> expected;
-  for (const auto& t : o.expected)
+  for (const auto& t : outcome.expected)
     expected.push_back({t.name, t.title, t.deviations, t.pairs});
-  report::Aggregate a =
-      report::aggregate(report::parse_layout(o.layout), results, expected);
-  a.notes.insert(a.notes.end(), o.notes.begin(), o.notes.end());
-  report::write_outputs(a, results, o.summary_stem, plot, a.title);
+  report::Aggregate a = report::aggregate(report::parse_layout(outcome.layout),
+                                          results, expected);
+  a.notes.insert(a.notes.end(), outcome.notes.begin(), outcome.notes.end());
+  report::write_outputs(a, results, outcome.summary_stem, plot, a.title);
 }
 
-sweep::CommandRequest with_python_rules(sweep::CommandRequest r,
+sweep::CommandRequest with_python_rules(sweep::CommandRequest request,
                                         const std::string& opt_args) {
-  r.plan.opts = bridge::resolve_rules(r.plan.opts, opt_args);
-  return r;
+  request.plan.opts = bridge::resolve_rules(request.plan.opts, opt_args);
+  return request;
+}
+
+std::string outcome_line(const sweep::CommandOutcome& outcome) {
+  using Kind = report::RunTally::Kind;
+  report::RunTally tally;
+  tally.kind =
+      outcome.kind == sweep::CommandKind::kAggregate    ? Kind::kNothingRun
+      : outcome.kind == sweep::CommandKind::kMergeSaved ? Kind::kMeasuredSaved
+                                                        : Kind::kTrained;
+  tally.records = outcome.run.records.size();
+  tally.ran = outcome.run.ran;
+  tally.groups = outcome.run.groups;
+  tally.models = outcome.run.models;
+  tally.already = outcome.run.already;
+  tally.wall_s = outcome.run.wall_s;
+  tally.results_path = outcome.results_path;
+  return report::outcome_line(tally);
+}
+
+std::string table_list(const sweep::TableOverrides& overrides, bool share) {
+  sweep::check_overrides(overrides);
+  std::vector<report::TableListRow> rows;
+  for (const auto& name : sweep::table_names()) {
+    const sweep::Table table = sweep::make_table(name, overrides);
+    const sweep::TableCost cost = sweep::table_cost(table, share);
+    const twins::PairSpec& first = table.pairs.front();
+    // In TableListRow's order (a test reads every column back).
+    rows.push_back({name, cost.pairs, cost.models, first.steps,
+                    twins::dtype_name(first.dtype), cost.tasks, cost.total_s,
+                    cost.longest_s, cost.most_models, cost.longest_at_most_s,
+                    cost.memory_at_most});
+  }
+  return report::table_list(rows, share);
 }
 
 std::string inferred_layout(const std::vector<twins::PairResult>& results) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "report/command_lines.h"
 #include "sweep/command.h"
 
 namespace app {
@@ -22,6 +23,13 @@ void write_aggregate(const sweep::CommandOutcome& outcome, bool plot);
 // (bridge/bridge.h): what the records and their keys carry.
 sweep::CommandRequest with_python_rules(sweep::CommandRequest request,
                                         const std::string& opt_args);
+
+// The closing line of a command (report::outcome_line) from its outcome.
+std::string outcome_line(const sweep::CommandOutcome& outcome);
+
+// `table --list` (report::table_list): every named table with its steps,
+// dtype and cost (sweep::table_cost) under `overrides`.
+std::string table_list(const sweep::TableOverrides& overrides, bool share);
 
 // The layout name of records that name no table (report::infer_layout),
 // for CommandRequest::layout_of.

@@ -7,7 +7,7 @@
 
 namespace app {
 
-CLI::App* setup_merge(CLI::App& parent, MergeFlags& f) {
+CLI::App* setup_merge(CLI::App& parent, MergeFlags& flags) {
   CLI::App* cmd = parent.add_subcommand(
       "merge",
       "Head merging (docs/protocol.md §9): train pairs and, at each "
@@ -15,18 +15,18 @@ CLI::App* setup_merge(CLI::App& parent, MergeFlags& f) {
       "between the two copies and its barrier, naive and after aligning copy "
       "2's heads to copy 1's by orthogonal Procrustes; or measure pairs saved "
       "by --save-models (--models)");
-  add_pair_list_flags(*cmd, f.request, f.opt_args,
+  add_pair_list_flags(*cmd, flags.request, flags.opt_args,
                       "Results file (JSON lines) [default: a new file "
                       "runs/merge-<task>-<date>-<time>.jsonl]");
-  add_steps(*cmd, "--merge-at", f.request.plan.merge_at,
+  add_steps(*cmd, "--merge-at", flags.request.plan.merge_at,
             "Steps at which to merge, comma-separated [default: 1, 100 and "
             "the last step]");
   CLI::Option* models =
-      cmd->add_option("--models", f.request.models,
+      cmd->add_option("--models", flags.request.models,
                       "A directory of pairs saved by --save-models (or one "
                       "saved pair): measure them as saved, without training")
           ->check(non_empty());
-  cmd->add_flag("--plot", f.plot,
+  cmd->add_flag("--plot", flags.plot,
                 "Also draw the loss along lambda (gnuplot), one panel per "
                 "optimizer, naive dashed and aligned solid");
   // Saved pairs are measured as they were saved: a flag that shapes or
@@ -49,13 +49,13 @@ CLI::App* setup_merge(CLI::App& parent, MergeFlags& f) {
   return cmd;
 }
 
-int run_merge(const MergeFlags& f) {
-  sweep::CommandRequest r = with_python_rules(f.request, f.opt_args);
+int run_merge(const MergeFlags& flags) {
+  sweep::CommandRequest r = with_python_rules(flags.request, flags.opt_args);
   if (!r.models.empty())
     r.kind = sweep::CommandKind::kMergeSaved;
   const sweep::CommandOutcome o = sweep::run_command(r);
-  write_aggregate(o, f.plot);
-  fmt::print("{}", sweep::outcome_line(o));
+  write_aggregate(o, flags.plot);
+  fmt::print("{}", outcome_line(o));
   return 0;
 }
 

@@ -11,11 +11,11 @@
 
 namespace app {
 
-void setup_run(CLI::App& app, RunFlags& f) {
-  add_pair_list_flags(app, f.request, f.opt_args,
+void setup_run(CLI::App& app, RunFlags& flags) {
+  add_pair_list_flags(app, flags.request, flags.opt_args,
                       "Results file (JSON lines) [default: a new file "
                       "runs/<task>-<date>-<time>.jsonl]");
-  app.add_flag("--list-optimizers", f.list_optimizers,
+  app.add_flag("--list-optimizers", flags.list_optimizers,
                "Print every registered optimizer with its predicted class "
                "and default learning rates, then exit");
 }
@@ -48,15 +48,14 @@ void print_optimizers() {
 
 }  // namespace
 
-int run_run(const RunFlags& f) {
-  if (f.list_optimizers) {
+int run_run(const RunFlags& flags) {
+  if (flags.list_optimizers) {
     print_optimizers();
     return 0;
   }
   const sweep::CommandOutcome o =
-      sweep::run_command(with_python_rules(f.request, f.opt_args));
-  fmt::print("{}{}", report::format_drift_table(o.results()),
-             sweep::outcome_line(o));
+      sweep::run_command(with_python_rules(flags.request, flags.opt_args));
+  fmt::print("{}{}", report::format_drift_table(o.results()), outcome_line(o));
   return 0;
 }
 

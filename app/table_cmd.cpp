@@ -8,8 +8,8 @@
 
 namespace app {
 
-CLI::App* setup_table(CLI::App& parent, TableFlags& f) {
-  sweep::CommandRequest& r = f.request;
+CLI::App* setup_table(CLI::App& parent, TableFlags& flags) {
+  sweep::CommandRequest& r = flags.request;
   CLI::App* cmd = parent.add_subcommand(
       "table",
       "Run one of the paper's tables (docs/protocol.md §7), the optimizer "
@@ -19,7 +19,7 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& f) {
   cmd->add_option("name", r.table,
                   "Table: " + fmt::format("{}", fmt::join(sweep::table_names(),
                                                           ", ")));
-  cmd->add_flag("--list", f.list,
+  cmd->add_flag("--list", flags.list,
                 "Print every table with its pair and model counts, steps, "
                 "estimated wall time on this machine, the array tasks it can "
                 "use (its groups) and how long its longest task takes, then "
@@ -53,26 +53,26 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& f) {
                   "Override the dtype: float32 or float64 [default: the "
                   "table's, float32 for table3/multiseed/zoo/dial/merge, "
                   "float64 for table9-*]");
-  cmd->add_flag("--plot", f.plot,
+  cmd->add_flag("--plot", flags.plot,
                 "Also draw Figure 2 and the per-head QK drift (gnuplot) next "
                 "to the results; for dial also drift against p");
   return cmd;
 }
 
-int run_table(const TableFlags& f) {
-  if (f.list) {
-    fmt::print("{}", sweep::table_list(f.request.overrides,
-                                       f.request.engine.share));
+int run_table(const TableFlags& flags) {
+  if (flags.list) {
+    fmt::print("{}",
+               table_list(flags.request.overrides, flags.request.engine.share));
     return 0;
   }
-  sweep::CommandRequest r = f.request;
+  sweep::CommandRequest r = flags.request;
   if (!r.inputs.empty()) {
     r.kind = sweep::CommandKind::kAggregate;
     r.layout_of = inferred_layout;
   }
   const sweep::CommandOutcome o = sweep::run_command(r);
-  write_aggregate(o, f.plot);
-  fmt::print("{}", sweep::outcome_line(o));
+  write_aggregate(o, flags.plot);
+  fmt::print("{}", outcome_line(o));
   return 0;
 }
 

@@ -9,18 +9,18 @@
 
 namespace app {
 
-CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& f) {
+CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& flags) {
   CLI::App* cmd = parent.add_subcommand(
       "verdict",
       "Judge optimizers: per optimizer the gauge, identity, noise 1e-7 and "
       "noise 1e-5 twins, and one line: equivariant, basis-dependent or "
       "invalid (nondeterministic)");
-  sweep::PlanRequest& p = f.request.plan;
+  sweep::PlanRequest& p = flags.request.plan;
   add_names(*cmd, "--opt", p.opts,
             "Optimizers to judge, comma-separated (see --list-optimizers; "
             "Python rules: torch:NAME, py:MODULE:NAME, py:FILE.py:NAME)")
       ->required();
-  add_opt_args(*cmd, f.opt_args);
+  add_opt_args(*cmd, flags.opt_args);
   add_reals(*cmd, "--p", p.adam_ps,
             "Exponents in [0, 1] for a bare adam-p in --opt, comma-separated "
             "[default: 0.5]");
@@ -30,20 +30,20 @@ CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& f) {
          "Seed of the base model shared by the four pairs")
       ->default_str(std::to_string(p.init_seeds.front()))
       ->check(seed_number());
-  add_engine_flags(*cmd, f.request,
+  add_engine_flags(*cmd, flags.request,
                    "Results file (JSON lines) [default: a new file "
                    "runs/verdict-<task>-<date>-<time>.jsonl]");
   return cmd;
 }
 
-int run_verdict(const VerdictFlags& f) {
+int run_verdict(const VerdictFlags& flags) {
   const sweep::CommandOutcome o =
-      sweep::run_command(with_python_rules(f.request, f.opt_args));
+      sweep::run_command(with_python_rules(flags.request, flags.opt_args));
   for (const auto& v : report::judge_all(o.results())) {
     fmt::print("{}; predicted {}\n", report::format_verdict_line(v),
                optim::to_string(optim::find_optimizer(v.opt).predicted));
   }
-  fmt::print("{}", sweep::outcome_line(o));
+  fmt::print("{}", outcome_line(o));
   return 0;
 }
 

@@ -10,7 +10,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <thread>
 
 #include "sweep/estimate.h"
 #include "twins/corpus.h"
@@ -201,13 +200,6 @@ Prepared resolve_plan(const CommandRequest& request) {
         twins::summary_stem(prepared.engine.results_path);
   }
   return prepared;
-}
-
-void check_overrides(const TableOverrides& overrides) {
-  if (!overrides.dtype.empty())
-    twins::parse_dtype(overrides.dtype);  // names the value
-  if (!overrides.protocol.empty())
-    twins::parse_protocol(overrides.protocol);
 }
 
 // The lines a table says before it runs: what, where, and how it differs
@@ -420,6 +412,13 @@ std::vector<twins::PairResult> CommandOutcome::results() const {
   return out;
 }
 
+void check_overrides(const TableOverrides& overrides) {
+  if (!overrides.dtype.empty())
+    twins::parse_dtype(overrides.dtype);  // names the value
+  if (!overrides.protocol.empty())
+    twins::parse_protocol(overrides.protocol);
+}
+
 int default_threads(CommandKind kind) {
   return kind == CommandKind::kTable ? 1 : 2;
 }
@@ -502,62 +501,6 @@ TableCost table_cost(const Table& table, bool share) {
         c.memory_at_most, estimate_memory(g.front()).total(k, c.most_models));
   }
   return c;
-}
-
-std::string outcome_line(const CommandOutcome& o) {
-  switch (o.kind) {
-    case CommandKind::kAggregate:
-      return "";
-    case CommandKind::kMergeSaved:
-      return fmt::format("{} saved pair(s) measured; records in {}\n",
-                         o.run.records.size(), o.results_path);
-    default:
-      return fmt::format(
-          "{} pair(s): {} run now ({} group(s), {} models trained) in "
-          "{:.1f} s, {} already recorded; records in {}\n",
-          o.run.records.size(), o.run.ran, o.run.groups, o.run.models,
-          o.run.wall_s, o.run.already, o.results_path);
-  }
-}
-
-std::string table_list(const TableOverrides& overrides, bool share) {
-  check_overrides(overrides);
-  const int cores =
-      std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
-  std::string out = fmt::format(
-      "{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}  {:>5} {:>8} {:>3} "
-      "{:>9} {:>9}\n",
-      "table", "pairs", "models", "steps", "dtype", "est. --jobs 1",
-      fmt::format("est. --jobs {}", cores), "tasks", "longest", "M",
-      "at M", "mem at M");
-  for (const auto& name : table_names()) {
-    const Table t = make_table(name, overrides);
-    const TableCost c = table_cost(t, share);
-    const PairSpec& p = t.pairs.front();
-    out += fmt::format(
-        "{:<17} {:>5} {:>6} {:>6} {:<8} {:>14} {:>14}  {:>5} {:>8} {:>3} "
-        "{:>9} {:>9}\n",
-        name, c.pairs, c.models, p.steps, twins::dtype_name(p.dtype),
-        format_duration(c.total_s),
-        format_duration(std::max(c.total_s / cores, c.longest_s)), c.tasks,
-        format_duration(c.longest_s), c.most_models,
-        format_duration(c.longest_at_most_s), format_bytes(c.memory_at_most));
-  }
-  return out +
-         fmt::format(
-             "Estimates: the models' matrix-multiply FLOPs at this machine's "
-             "measured one-thread rate (docs/performance.md), +-50 %; models "
-             "counts each copy 1 once per group of pairs that share it{}; "
-             "other load on the machine slows them.\n"
-             "tasks: the table's groups, the most array tasks it can use "
-             "(--shard I/N gives each task whole groups; beyond N = tasks a "
-             "shard is empty). longest: the longest task at N = tasks, its "
-             "group on one thread (--threads 1). M: the most models in a "
-             "group, the --threads at which each group trains all its models "
-             "at once, one CPU per model; at M: the longest task then, about "
-             "one model's time; mem at M: the memory estimate of the largest "
-             "group at --threads M (sweep/estimate.h).\n",
-             share ? "" : " (here: once per pair, --no-share)");
 }
 
 }  // namespace sweep

@@ -8,8 +8,9 @@
 //   run:      the engine (sweep/engine.h) against the results file;
 //   results:  the job list's records, with what a report needs to
 //             aggregate them.
-// The Markdown, CSV and figures are the report layer's (report/output.h),
-// which sweep/ does not see: the caller hands the outcome over to it.
+// The Markdown, CSV, figures and the lines a person reads are the report
+// layer's (report/output.h, report/command_lines.h), which sweep/ does not
+// see: the caller hands the outcome over to it.
 #pragma once
 
 #include <functional>
@@ -34,7 +35,7 @@ enum class CommandKind {
 
 // A command as its flags ask for it, every list already parsed.
 struct CommandRequest {
-  explicit CommandRequest(CommandKind k = CommandKind::kRun) : kind(k) {}
+  explicit CommandRequest(CommandKind kind = CommandKind::kRun) : kind(kind) {}
   CommandKind kind;
   PlanRequest plan;  // run, verdict, merge: the pairs; merge --models: the
                      // device only
@@ -101,10 +102,9 @@ Parallelism resolve_parallelism(const CommandRequest& request, size_t groups);
 // request gets wrong; see run_sweep for errors while running.
 CommandOutcome run_command(const CommandRequest& request);
 
-// The closing line: "7 pair(s): 7 run now (4 group(s), 11 models trained)
-// in 185.2 s, 0 already recorded; records in runs/x.jsonl", "2 saved
-// pair(s) measured; records in m.jsonl"; empty for an aggregate.
-std::string outcome_line(const CommandOutcome& outcome);
+// Throws a one-line error naming a table override's dtype or protocol that
+// is not one (`table` and `table --list` check them first).
+void check_overrides(const TableOverrides& overrides);
 
 // What a table costs, from the estimates of sweep/estimate.h, group by
 // group (a group: the pairs that share copy 1 when `share`, else one pair).
@@ -121,12 +121,5 @@ struct TableCost {
                                  // --threads most_models
 };
 TableCost table_cost(const Table& table, bool share);
-
-// `table --list`: every table with its pairs, distinct models (each copy 1
-// once per group when `share`), steps, dtype, estimated wall time at 1
-// and at this machine's cores jobs, the array tasks it can use and its
-// longest task at one thread and at one thread per model, with the
-// memory that takes, and what the columns mean.
-std::string table_list(const TableOverrides& overrides, bool share);
 
 }  // namespace sweep

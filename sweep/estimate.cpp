@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/flops.h"
 #include "twins/metrics.h"
+#include "twins/units.h"
 
 namespace sweep {
 
@@ -198,26 +199,6 @@ double machine_memory_bytes(bool* capped) {
   return lower ? limit : physical;
 }
 
-std::string format_duration(double s) {
-  if (!std::isfinite(s))
-    return "unknown";
-  if (s < 90)
-    return fmt::format("{:.0f} s", s);
-  if (s < 90 * 60)
-    return fmt::format("{:.0f} min", s / 60);
-  if (s < 48 * 3600)
-    return fmt::format("{:.1f} h", s / 3600);
-  return fmt::format("{:.1f} days", s / 86400);
-}
-
-std::string format_bytes(double b) {
-  if (b < 1e9)
-    return fmt::format("{:.0f} MB", b / 1e6);
-  if (b < 1e12)
-    return fmt::format("{:.1f} GB", b / 1e9);
-  return fmt::format("{:.1f} TB", b / 1e12);
-}
-
 void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
                   int jobs, int threads) {
   bool capped = false;
@@ -245,11 +226,11 @@ void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
   }
   const double need = worst * double(std::min<size_t>(jobs, groups.size()));
   TORCH_CHECK(
-      !at || need <= machine, "Not enough memory: about ", format_bytes(need),
-      " needed (", std::min<size_t>(jobs, groups.size()),
-      " group(s) at once of ", models_at, " models of ",
-      at ? twins::pair_label(*at) : "", ", ", at ? at->task : "", " L",
-      at ? at->depth : 0, " d", at ? at->d_model : 0,
+      !at || need <= machine, "Not enough memory: about ",
+      twins::format_bytes(need), " needed (",
+      std::min<size_t>(jobs, groups.size()), " group(s) at once of ", models_at,
+      " models of ", at ? twins::pair_label(*at) : "", ", ", at ? at->task : "",
+      " L", at ? at->depth : 0, " d", at ? at->d_model : 0,
       at && at->is_charlm()
           ? fmt::format(" ctx {} batch {}", at->ctx, at->batch)
           : std::string(),
@@ -257,7 +238,7 @@ void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
       capped ? "this process's cgroup (a job's --mem, a container's limit) "
                "allows "
              : "this machine has ",
-      format_bytes(machine),
+      twins::format_bytes(machine),
       "; shrink the model or context, lower --jobs / --threads, or pass "
       "--no-memory-check if you know better");
 }

@@ -44,11 +44,6 @@ double machine_memory_bytes(bool* capped = nullptr);
 double cgroup_memory_limit_bytes(const std::string& self_cgroup,
                                  const std::string& root);
 
-// "45 s", "12 min", "3.4 h", "2.1 days"; "unknown" for NaN.
-std::string format_duration(double seconds);
-// "850 MB", "3.2 GB", "1.2 TB".
-std::string format_bytes(double bytes);
-
 // Throws a one-line error naming the estimate and the machine's memory when
 // the largest group of `groups` (each a list of pairs sharing copy 1), run
 // `jobs` at a time with `threads` models each, cannot fit in this machine's

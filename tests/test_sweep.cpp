@@ -36,6 +36,7 @@
 #include "twins/defaults.h"
 #include "twins/pair.h"
 #include "twins/record.h"
+#include "twins/units.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -985,71 +986,111 @@ std::string list_line(const std::string& listing, const std::string& name) {
   return "";
 }
 
-// Each row of `table --list`, recomputed here from the job list, its groups
-// and sweep/estimate.h alone: the tasks are the groups, the longest task is
-// the largest of the groups' estimates, on one thread and on one thread per
+// Each table's cost, recomputed here from the job list, its groups and
+// sweep/estimate.h alone: the tasks are the groups, the longest task is the
+// largest of the groups' estimates, on one thread and on one thread per
 // model.
+struct RecomputedCost {
+  size_t groups = 0, models = 0;
+  int most = 0;
+  double total = 0, longest = 0, longest_at_most = 0, memory = 0;
+};
+
+RecomputedCost recompute_cost(const sweep::Table& table, bool share) {
+  const auto groups = sweep::group_pairs(table.pairs, share);
+  RecomputedCost cost;
+  cost.groups = groups.size();
+  for (const auto& g : groups)
+    cost.most = std::max(cost.most, static_cast<int>(g.size()) + 1);
+  for (const auto& g : groups) {
+    const int k = static_cast<int>(g.size()) + 1;
+    const double s = sweep::estimate_seconds(g.front(), k);
+    cost.total += s;
+    cost.longest = std::max(cost.longest, s);
+    cost.longest_at_most =
+        std::max(cost.longest_at_most, sweep::estimate_seconds(g.front(), 1));
+    cost.memory = std::max(
+        cost.memory, sweep::estimate_memory(g.front()).total(k, cost.most));
+    cost.models += k;
+  }
+  return cost;
+}
+
+TEST(TableCommand, CostCountsTasksAndTheLongestTaskOfEveryTable) {
+  for (bool share : {true, false}) {
+    for (const auto& name : sweep::table_names()) {
+      SCOPED_TRACE((share ? "" : "--no-share ") + name);
+      const sweep::Table t = sweep::make_table(name);
+      const RecomputedCost want = recompute_cost(t, share);
+      // Shared, each group adds its copy 1 to its pairs; unshared, each pair
+      // is a group.
+      EXPECT_EQ(want.groups,
+                share ? want.models - t.pairs.size() : t.pairs.size());
+      // As many tasks as groups is the most --shard allows: shard N/N is
+      // not empty at N = groups, and is at N = groups + 1.
+      const int n = static_cast<int>(want.groups);
+      EXPECT_FALSE(sweep::shard_of(t.pairs, {n, n}, share).empty());
+      EXPECT_TRUE(sweep::shard_of(t.pairs, {n + 1, n + 1}, share).empty());
+      const sweep::TableCost c = sweep::table_cost(t, share);
+      EXPECT_EQ(c.tasks, want.groups);
+      EXPECT_EQ(c.models, want.models);
+      EXPECT_EQ(c.most_models, want.most);
+      EXPECT_EQ(c.longest_s, want.longest);
+      EXPECT_EQ(c.longest_at_most_s, want.longest_at_most);
+      EXPECT_EQ(c.memory_at_most, want.memory);
+      // Not vacuous: a group of several models takes longer on one thread.
+      EXPECT_GT(want.longest, want.longest_at_most);
+    }
+  }
+  // docs/performance.md: each table9 set is 18 pairs, 23 distinct models,
+  // so 5 groups; the char-LM row's largest group (Adam, init 42) trains a
+  // reference and six twins.
+  for (const char* name : {"table9-mod47", "table9-mod97-4L", "table9-mod97-6L",
+                           "table9-charlm"}) {
+    const sweep::TableCost c = sweep::table_cost(sweep::make_table(name), true);
+    EXPECT_EQ(c.pairs, 18u) << name;
+    EXPECT_EQ(c.models, 23u) << name;
+    EXPECT_EQ(c.tasks, 5u) << name;
+    EXPECT_EQ(c.most_models, 7) << name;
+  }
+}
+
+// Each row `twin-run table --list` prints is the recomputed cost.
 TEST(TableCommand, ListSaysTasksAndTheLongestTaskOfEveryTable) {
+  const fs::path dir = fresh_dir("list-costs");
   const int cores =
       std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   for (bool share : {true, false}) {
-    const std::string listing = sweep::table_list({}, share);
+    const Outcome listing =
+        twin_run(share ? "table --list" : "table --list --no-share", dir);
+    ASSERT_EQ(listing.code, 0) << listing.err;
     for (const auto& name : sweep::table_names()) {
       const sweep::Table t = sweep::make_table(name);
-      const auto groups = sweep::group_pairs(t.pairs, share);
-      int most = 0;
-      for (const auto& g : groups) {
-        most = std::max(most, static_cast<int>(g.size()) + 1);
-      }
-      double total = 0, longest = 0, longest_at_most = 0, memory = 0;
-      size_t models = 0;
-      for (const auto& g : groups) {
-        const int k = static_cast<int>(g.size()) + 1;
-        const double s = sweep::estimate_seconds(g.front(), k);
-        total += s;
-        longest = std::max(longest, s);
-        longest_at_most =
-            std::max(longest_at_most, sweep::estimate_seconds(g.front(), 1));
-        memory = std::max(memory,
-                          sweep::estimate_memory(g.front()).total(k, most));
-        models += k;
-      }
-      // Shared, each group adds its copy 1 to its pairs; unshared, each pair
-      // is a group.
-      EXPECT_EQ(groups.size(), share ? models - t.pairs.size() : t.pairs.size())
-          << name;
-      // As many tasks as groups is the most --shard allows: shard N/N is
-      // not empty at N = groups, and is at N = groups + 1.
-      const int n = static_cast<int>(groups.size());
-      EXPECT_FALSE(sweep::shard_of(t.pairs, {n, n}, share).empty()) << name;
-      EXPECT_TRUE(sweep::shard_of(t.pairs, {n + 1, n + 1}, share).empty())
-          << name;
-      const sweep::TableCost c = sweep::table_cost(t, share);
-      EXPECT_EQ(c.tasks, groups.size()) << name;
-      EXPECT_EQ(c.models, models) << name;
-      EXPECT_EQ(c.most_models, most) << name;
-      EXPECT_EQ(c.longest_s, longest) << name;
-      EXPECT_EQ(c.longest_at_most_s, longest_at_most) << name;
-      EXPECT_EQ(c.memory_at_most, memory) << name;
-      // Not vacuous: a group of several models takes longer on one thread.
-      EXPECT_GT(longest, longest_at_most) << name;
+      const RecomputedCost c = recompute_cost(t, share);
       const twins::PairSpec& p = t.pairs.front();
       const std::string want = fmt::format(
-          "{} {} {} {} {} {} {} {} {} {} {} {}", name, t.pairs.size(), models,
-          p.steps, twins::dtype_name(p.dtype), sweep::format_duration(total),
-          sweep::format_duration(std::max(total / cores, longest)),
-          groups.size(), sweep::format_duration(longest), most,
-          sweep::format_duration(longest_at_most), sweep::format_bytes(memory));
-      EXPECT_EQ(words(list_line(listing, name)), words(want))
+          "{} {} {} {} {} {} {} {} {} {} {} {}", name, t.pairs.size(), c.models,
+          p.steps, twins::dtype_name(p.dtype), twins::format_duration(c.total),
+          twins::format_duration(std::max(c.total / cores, c.longest)),
+          c.groups, twins::format_duration(c.longest), c.most,
+          twins::format_duration(c.longest_at_most),
+          twins::format_bytes(c.memory));
+      EXPECT_EQ(words(list_line(listing.out, name)), words(want))
           << (share ? "" : "--no-share ") << name << "\n"
-          << listing;
+          << listing.out;
     }
   }
-  // On CUDA the estimates are unknown (sweep/estimate.h models CPUs only):
-  // the list says so rather than 0 s; the tasks are the same.
+  fs::remove_all(dir);
+}
+
+// On CUDA the estimates are unknown (sweep/estimate.h models CPUs only):
+// the list says so rather than 0 s; the tasks are the same.
+TEST(TableCommand, ListSaysCudaEstimatesAreUnknown) {
+  const fs::path dir = fresh_dir("list-cuda");
+  const Outcome on_gpu = twin_run("table --list --device cuda", dir);
+  ASSERT_EQ(on_gpu.code, 0) << on_gpu.err;
   sweep::TableOverrides cuda;
   cuda.device = "cuda";
-  const std::string on_gpu = sweep::table_list(cuda, true);
   for (const auto& name : sweep::table_names()) {
     const sweep::TableCost c =
         sweep::table_cost(sweep::make_table(name, cuda), true);
@@ -1057,21 +1098,10 @@ TEST(TableCommand, ListSaysTasksAndTheLongestTaskOfEveryTable) {
         << name;
     EXPECT_TRUE(std::isnan(c.longest_s)) << name;
     EXPECT_TRUE(std::isnan(c.longest_at_most_s)) << name;
-    const std::vector<std::string> w = words(list_line(on_gpu, name));
-    EXPECT_EQ(std::count(w.begin(), w.end(), "unknown"), 4) << on_gpu;
+    const std::vector<std::string> w = words(list_line(on_gpu.out, name));
+    EXPECT_EQ(std::count(w.begin(), w.end(), "unknown"), 4) << on_gpu.out;
   }
-  // docs/performance.md: each table9 set is 18 pairs, 23 distinct models,
-  // so 5 groups; the char-LM row's largest group (Adam, init 42) trains a
-  // reference and six twins.
-  for (const char* name : {"table9-mod47", "table9-mod97-4L", "table9-mod97-6L",
-                           "table9-charlm"}) {
-    const sweep::TableCost c =
-        sweep::table_cost(sweep::make_table(name), true);
-    EXPECT_EQ(c.pairs, 18u) << name;
-    EXPECT_EQ(c.models, 23u) << name;
-    EXPECT_EQ(c.tasks, 5u) << name;
-    EXPECT_EQ(c.most_models, 7) << name;
-  }
+  fs::remove_all(dir);
 }
 
 // Sets an environment variable for a scope, then puts back what was there.
