@@ -301,90 +301,122 @@ double eager_seconds_per_pair_step(const BenchOptions& options,
   return j["s_per_pair_step"].get<double>();
 }
 
-std::vector<BenchRow> run_bench(const BenchOptions& options,
-                                void (*log)(const std::string&)) {
+namespace {
+
+// Throws for a repeat count below 1 or a row name bench_row_names() lacks.
+void check_bench_options(const BenchOptions& options) {
   TORCH_CHECK(options.repeats >= 1, "Invalid --repeats: ", options.repeats);
   const auto known = bench_row_names();
-  for (const auto& r : options.rows) {
-    TORCH_CHECK(std::find(known.begin(), known.end(), r) != known.end(),
-                "Unknown bench row: '", r,
+  for (const auto& name : options.rows) {
+    TORCH_CHECK(std::find(known.begin(), known.end(), name) != known.end(),
+                "Unknown bench row: '", name,
                 "' (known: ", fmt::format("{}", fmt::join(known, ", ")), ")");
   }
+}
+
+// The row of `definition` with its spec at `options`' device and schedule.
+BenchRow bench_row(const RowDef& definition, const BenchOptions& options) {
+  BenchRow row;
+  row.name = definition.name;
+  row.threads = definition.threads;
+  row.spec = bench_spec(definition.task, definition.dtype, definition.opt);
+  row.spec.device = options.device;
+  const Schedule schedule = schedule_for(row.spec, options.quick);
+  row.spec.steps = schedule.warmup + schedule.segment * options.repeats;
+  return row;
+}
+
+// Trains the row's pair: the warm-up, then `repeats` timed segments; sets
+// its seconds per pair-step (the median segment's), page faults, FLOPs and
+// roof.
+void time_row(BenchRow& row, const BenchOptions& options) {
+  const Schedule schedule = schedule_for(row.spec, options.quick);
+  set_threads(row.threads.threads);
+  twins::Lockstep pair({row.spec}, row.threads.concurrent ? 2 : 1);
+  pair.train_to(schedule.warmup);
+  pair.check_losses();
+  const torch::Device device = twins::resolve_device(row.spec.device);
+  synchronize(device);  // the warm-up's kernels are outside the timing
+  std::vector<double> per_step;
+  const long faults_before = minor_faults();
+  for (int r = 0; r < options.repeats; ++r) {
+    const auto t0 = Clock::now();
+    pair.train_to(pair.done() + schedule.segment);
+    pair.check_losses();
+    // Reading the losses waits for the stream of their copy only; the
+    // segment ends when the row's whole device is idle.
+    synchronize(device);
+    per_step.push_back(seconds_since(t0) / double(schedule.segment));
+  }
+  row.s_per_pair_step = median(per_step);
+  row.faults_per_pair_step = double(minor_faults() - faults_before) /
+                             double(schedule.segment * options.repeats);
+  row.flops_per_pair_step = 2 * model::total_flops(step_matmuls(row.spec));
+  row.model_gflops = row.flops_per_pair_step / row.s_per_pair_step / 1e9;
+  row.roof_gflops =
+      matmul_roof_gflops(row.spec, row.threads, options.quick ? 2 : 9);
+}
+
+// The eager reference's seconds per pair-step of `spec` at each of
+// eager_settings(spec.device): the median of several process runs per
+// setting, since one run of the same script can land ~40% faster or slower
+// than the next (seen with OpenBLAS at 2 threads), so a single run is no
+// bar. On a GPU, which nobody shares, three runs (the GPU check's time is
+// short).
+std::vector<double> eager_times(const BenchOptions& options,
+                                const PairSpec& spec) {
+  const int runs = options.quick || spec.task == "charlm" ? 1
+                   : on_cuda(spec)                        ? 3
+                                                          : 5;
+  std::vector<double> medians;
+  std::string why;
+  for (const auto& setting : eager_settings(spec.device)) {
+    std::vector<double> times;
+    for (int i = 0; i < runs; ++i) {
+      const double seconds =
+          eager_seconds_per_pair_step(options, spec, setting, &why);
+      TORCH_CHECK(seconds > 0, "--vs-pytorch: ", why);
+      times.push_back(seconds);
+    }
+    medians.push_back(median(times));
+  }
+  return medians;
+}
+
+std::string row_line(const BenchRow& row) {
+  return fmt::format(
+      "{} on {}: {:.4f} s per pair-step ({}), {:.1f} GFLOP/s of a {:.1f} "
+      "GFLOP/s roof, {:.0f} page faults per pair-step",
+      row.name, row.spec.device, row.s_per_pair_step, row.threads.name(),
+      row.model_gflops, row.roof_gflops, row.faults_per_pair_step);
+}
+
+}  // namespace
+
+std::vector<BenchRow> run_bench(const BenchOptions& options,
+                                void (*log)(const std::string&)) {
+  check_bench_options(options);
   twins::configure_determinism();
   std::vector<BenchRow> rows;
-  std::map<std::string, std::vector<double>> eager;  // per eager setting
-  for (const auto& def : row_defs()) {
+  // The eager times per (task, dtype), measured once and shared by its
+  // rows.
+  std::map<std::string, std::vector<double>> eager;
+  for (const auto& definition : row_defs()) {
     if (!options.rows.empty() &&
-        std::find(options.rows.begin(), options.rows.end(), def.name) ==
+        std::find(options.rows.begin(), options.rows.end(), definition.name) ==
             options.rows.end()) {
       continue;
     }
-    BenchRow row;
-    row.name = def.name;
-    row.threads = def.threads;
-    row.spec = bench_spec(def.task, def.dtype, def.opt);
-    row.spec.device = options.device;
-    const Schedule sch = schedule_for(row.spec, options.quick);
-    row.spec.steps = sch.warmup + sch.segment * options.repeats;
-
-    set_threads(def.threads.threads);
-    twins::Lockstep pair({row.spec}, def.threads.concurrent ? 2 : 1);
-    pair.train_to(sch.warmup);
-    pair.check_losses();
-    const torch::Device device = twins::resolve_device(row.spec.device);
-    synchronize(device);  // the warm-up's kernels are outside the timing
-    std::vector<double> per_step;
-    const long faults_before = minor_faults();
-    for (int r = 0; r < options.repeats; ++r) {
-      const auto t0 = Clock::now();
-      pair.train_to(pair.done() + sch.segment);
-      pair.check_losses();
-      // Reading the losses waits for the stream of their copy only; the
-      // segment ends when the row's whole device is idle.
-      synchronize(device);
-      per_step.push_back(seconds_since(t0) / double(sch.segment));
-    }
-    row.s_per_pair_step = median(per_step);
-    row.faults_per_pair_step = double(minor_faults() - faults_before) /
-                               double(sch.segment * options.repeats);
-    row.flops_per_pair_step = 2 * model::total_flops(step_matmuls(row.spec));
-    row.model_gflops = row.flops_per_pair_step / row.s_per_pair_step / 1e9;
-    row.roof_gflops =
-        matmul_roof_gflops(row.spec, def.threads, options.quick ? 2 : 9);
+    BenchRow row = bench_row(definition, options);
+    time_row(row, options);
     if (options.vs_pytorch) {
-      // Measured once per (task, dtype) and shared by its rows.
       const std::string key = row.spec.task + dtype_name(row.spec.dtype);
-      if (!eager.count(key)) {
-        // The median of several process runs per setting: one run of the
-        // same script can land ~40% faster or slower than the next (seen
-        // with OpenBLAS at 2 threads), so a single run is no bar.
-        // On a GPU, which nobody shares, three runs (the GPU check's time
-        // is short).
-        const int runs = options.quick || row.spec.task == "charlm" ? 1
-                         : on_cuda(row.spec)                        ? 3
-                                                                    : 5;
-        std::string why;
-        for (const auto& setting : eager_settings(row.spec.device)) {
-          std::vector<double> times;
-          for (int i = 0; i < runs; ++i) {
-            const double e =
-                eager_seconds_per_pair_step(options, row.spec, setting, &why);
-            TORCH_CHECK(e > 0, "--vs-pytorch: ", why);
-            times.push_back(e);
-          }
-          eager[key].push_back(median(times));
-        }
-      }
+      if (!eager.count(key))
+        eager[key] = eager_times(options, row.spec);
       row.eager_s = eager[key];
     }
-    if (log) {
-      log(fmt::format(
-          "{} on {}: {:.4f} s per pair-step ({}), {:.1f} "
-          "GFLOP/s of a {:.1f} GFLOP/s roof, {:.0f} page faults "
-          "per pair-step",
-          row.name, row.spec.device, row.s_per_pair_step, row.threads.name(),
-          row.model_gflops, row.roof_gflops, row.faults_per_pair_step));
-    }
+    if (log)
+      log(row_line(row));
     rows.push_back(row);
   }
   return rows;
