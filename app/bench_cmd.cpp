@@ -9,37 +9,38 @@
 
 namespace app {
 
-CLI::App* setup_bench(CLI::App& app, BenchFlags& f) {
+CLI::App* setup_bench(CLI::App& app, BenchFlags& flags) {
   CLI::App* cmd = app.add_subcommand(
       "bench",
       "Speed of a twin pair: seconds per pair-step, model GFLOP/s, the "
       "matrix-multiply roof of the same shapes, and optionally eager "
       "PyTorch side by side");
-  add_names(*cmd, "--rows", f.options.rows,
+  add_names(*cmd, "--rows", flags.options.rows,
             "Rows, comma-separated: mod47-f32 (copies concurrent), "
             "mod47-torchadam (the same with torch.optim.Adam stepped "
-            "in Python; with Python support), mod47-f32-seq1, mod47-f32-seq2 (copies one after the other on "
+            "in Python; with Python support), mod47-f32-seq1, mod47-f32-seq2 "
+            "(copies one after the other on "
             "1 / 2 threads), mod47-f64, charlm-f32, charlm-f64 [default: "
             "all]");
-  cmd->add_flag("--vs-pytorch", f.options.vs_pytorch,
+  cmd->add_flag("--vs-pytorch", flags.options.vs_pytorch,
                 "Also time bench/eager_pytorch.py at three thread settings "
                 "(LibTorch/OpenBLAS 1/1, 1/cores, cores/cores; median of 5 "
                 "runs each) and print the speedup over the best");
-  cmd->add_option("--python", f.options.python,
+  cmd->add_option("--python", flags.options.python,
                   "Python with torch for --vs-pytorch")
       ->capture_default_str();
-  cmd->add_option("--repeats", f.options.repeats,
+  cmd->add_option("--repeats", flags.options.repeats,
                   "Timed segments per row (the median is reported)")
       ->capture_default_str()
       ->check(whole_number(1, 1000));
-  cmd->add_flag("--quick", f.options.quick,
+  cmd->add_flag("--quick", flags.options.quick,
                 "A few steps per row: checks that the benchmark runs; the "
                 "figures are not meaningful");
-  cmd->add_option("--device", f.options.device,
+  cmd->add_option("--device", flags.options.device,
                   "Where the rows run: cpu, cuda or cuda:N (the eager "
                   "columns are CPU only)")
       ->capture_default_str();
-  cmd->add_option("--out", f.out,
+  cmd->add_option("--out", flags.out,
                   "JSON results [default: runs/bench-<date>-<time>.json]");
   return cmd;
 }
@@ -52,15 +53,16 @@ void print_line(const std::string& s) {
 
 }  // namespace
 
-int run_bench(const BenchFlags& f) {
-  const std::string path =
-      f.out.empty() ? twins::fresh_path("runs", "bench", ".json") : f.out;
+int run_bench(const BenchFlags& flags) {
+  const std::string path = flags.out.empty()
+                               ? twins::fresh_path("runs", "bench", ".json")
+                               : flags.out;
   // Before the benchmark runs, not after: a bad --out costs nothing.
   twins::check_output_file(path, "--out");
-  const auto rows = bench::run_bench(f.options, print_line);
+  const auto rows = bench::run_bench(flags.options, print_line);
   const bench::BenchMachine machine = bench::bench_machine();
   fmt::print("{}\n{}", machine.line(), bench::format_bench_table(rows));
-  bench::write_bench_file(path, machine, rows, f.options.quick);
+  bench::write_bench_file(path, machine, rows, flags.options.quick);
   fmt::print("benchmark written to {}\n", path);
   return 0;
 }

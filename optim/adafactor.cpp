@@ -8,11 +8,11 @@ namespace optim {
 
 namespace {
 
-void check_options(const AdafactorOptions& o) {
-  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
-  TORCH_CHECK(0 <= o.beta2() && o.beta2() < 1.0,
-              "Invalid beta2 value: ", o.beta2());
-  TORCH_CHECK(o.eps() >= 0, "Invalid epsilon value: ", o.eps());
+void check_options(const AdafactorOptions& options) {
+  TORCH_CHECK(options.lr() >= 0, "Invalid learning rate: ", options.lr());
+  TORCH_CHECK(0 <= options.beta2() && options.beta2() < 1.0,
+              "Invalid beta2 value: ", options.beta2());
+  TORCH_CHECK(options.eps() >= 0, "Invalid epsilon value: ", options.eps());
 }
 
 }  // namespace
@@ -60,8 +60,8 @@ Adafactor::Adafactor(std::vector<torch::optim::OptimizerParamGroup> groups,
 
 torch::Tensor Adafactor::step(LossClosure closure) {
   return step_each<AdafactorOptions>(
-      closure, [](const AdafactorOptions& o) { check_options(o); },
-      [&](const torch::Tensor& p, AdafactorOptions& o) {
+      closure, [](const AdafactorOptions& options) { check_options(options); },
+      [&](const torch::Tensor& p, AdafactorOptions& options) {
         const bool factored = p.dim() >= 2;
         ParamState& s = state_for(p, [&](ParamState& fresh) {
           if (factored) {
@@ -78,12 +78,13 @@ torch::Tensor Adafactor::step(LossClosure closure) {
         });
         s.step += 1;
         if (factored) {
-          adafactor_factored_update_(p, p.grad(), s.at("exp_avg_sq_row"),
-                                     s.at("exp_avg_sq_col"), s.step, o.lr(),
-                                     o.beta2(), o.eps());
+          adafactor_factored_update_(
+              p, p.grad(), s.at("exp_avg_sq_row"), s.at("exp_avg_sq_col"),
+              s.step, options.lr(), options.beta2(), options.eps());
         } else {
           adafactor_unfactored_update_(p, p.grad(), s.at("exp_avg_sq"), s.step,
-                                       o.lr(), o.beta2(), o.eps());
+                                       options.lr(), options.beta2(),
+                                       options.eps());
         }
       });
 }

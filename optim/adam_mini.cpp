@@ -52,10 +52,10 @@ int64_t AdamMini::blocks(const torch::Tensor& p) const {
 torch::Tensor AdamMini::step(LossClosure closure) {
   return step_each<AdamMiniOptions>(
       closure,
-      [](const AdamMiniOptions& o) {
-        check_adam_options(o.lr(), o.betas(), o.eps());
+      [](const AdamMiniOptions& options) {
+        check_adam_options(options.lr(), options.betas(), options.eps());
       },
-      [&](const torch::Tensor& p, AdamMiniOptions& o) {
+      [&](const torch::Tensor& p, AdamMiniOptions& options) {
         TORCH_CHECK(p.is_contiguous(), "AdamMini: parameter of shape ",
                     p.sizes(), " is not contiguous");
         ParamState& s = state_for(p, [&](ParamState& fresh) {
@@ -65,8 +65,8 @@ torch::Tensor AdamMini::step(LossClosure closure) {
         });
         s.step += 1;
         adam_mini_update_(p, p.grad(), s.at("exp_avg"), s.at("exp_avg_sq"),
-                          s.step, o.lr(), std::get<0>(o.betas()),
-                          std::get<1>(o.betas()), o.eps());
+                          s.step, options.lr(), std::get<0>(options.betas()),
+                          std::get<1>(options.betas()), options.eps());
       });
 }
 

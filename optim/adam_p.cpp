@@ -27,13 +27,13 @@ torch::Tensor adam_p_denominator(const torch::Tensor& exp_avg_sq,
 torch::Tensor AdamP::denominator(const torch::Tensor& exp_avg_sq,
                                  double bias_correction2,
                                  const torch::Tensor& rms,
-                                 const AdamPOptions& o) const {
-  if (o.p() == 1) {
+                                 const AdamPOptions& options) const {
+  if (options.p() == 1) {
     // Stock Adam, op for op: bitwise equal to `adam`.
-    return adam_denominator(exp_avg_sq, bias_correction2, o.eps());
+    return adam_denominator(exp_avg_sq, bias_correction2, options.eps());
   }
-  return adam_p_denominator(exp_avg_sq, bias_correction2, rms + o.eps(), o.p(),
-                            o.eps());
+  return adam_p_denominator(exp_avg_sq, bias_correction2, rms + options.eps(),
+                            options.p(), options.eps());
 }
 
 }  // namespace optim

@@ -42,7 +42,7 @@ class AdamP : public PooledAdam<AdamPOptions> {
  private:
   torch::Tensor denominator(const torch::Tensor& exp_avg_sq,
                             double bias_correction2, const torch::Tensor& rms,
-                            const AdamPOptions& o) const override;
+                            const AdamPOptions& options) const override;
 };
 
 // Throws "Invalid Adam-p exponent: x (must be in [0, 1])" unless 0 <= p <= 1.

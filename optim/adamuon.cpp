@@ -23,17 +23,18 @@ void AdaMuonOptions::check() const {
 torch::Tensor adamuon_direction(const torch::Tensor& grad,
                                 const torch::Tensor& momentum_buffer,
                                 const torch::Tensor& v_buffer,
-                                const AdaMuonOptions& o) {
-  momentum_buffer.lerp_(grad, 1 - o.momentum());
-  torch::Tensor u =
-      o.nesterov() ? grad.lerp(momentum_buffer, o.momentum()) : momentum_buffer;
-  if (o.sign())
+                                const AdaMuonOptions& options) {
+  momentum_buffer.lerp_(grad, 1 - options.momentum());
+  torch::Tensor u = options.nesterov()
+                        ? grad.lerp(momentum_buffer, options.momentum())
+                        : momentum_buffer;
+  if (options.sign())
     u = u.sign();
-  const torch::Tensor O = newton_schulz5(u, o.ns_steps());
-  v_buffer.mul_(o.momentum()).addcmul_(O, O, 1 - o.momentum());
-  torch::Tensor d = O / v_buffer.sqrt().add(o.eps());
+  const torch::Tensor O = newton_schulz5(u, options.ns_steps());
+  v_buffer.mul_(options.momentum()).addcmul_(O, O, 1 - options.momentum());
+  torch::Tensor d = O / v_buffer.sqrt().add(options.eps());
   const double size = std::sqrt(double(grad.size(0)) * grad.size(1));
-  return d.mul_(o.rms() * size / d.norm().add(o.eps()));
+  return d.mul_(options.rms() * size / d.norm().add(options.eps()));
 }
 
 namespace {
@@ -52,16 +53,17 @@ AdaMuon::AdaMuon(std::vector<torch::Tensor> matrices,
     : HybridOptimizer("AdaMuon", std::move(matrices), std::move(others),
                       resolved(defaults)) {}
 
-void AdaMuon::start(const torch::Tensor& p, ParamState& s,
+void AdaMuon::start(const torch::Tensor& p, ParamState& state,
                     const AdaMuonOptions&) const {
-  s.set("momentum_buffer", torch::zeros_like(p));
-  s.set("v_buffer", torch::zeros_like(p));
+  state.set("momentum_buffer", torch::zeros_like(p));
+  state.set("v_buffer", torch::zeros_like(p));
 }
 
 void AdaMuon::update(const torch::Tensor& p, const torch::Tensor& grad,
-                     ParamState& s, const AdaMuonOptions& o) {
-  p.add_(adamuon_direction(grad, s.at("momentum_buffer"), s.at("v_buffer"), o),
-         -o.lr());
+                     ParamState& state, const AdaMuonOptions& options) {
+  p.add_(adamuon_direction(grad, state.at("momentum_buffer"),
+                           state.at("v_buffer"), options),
+         -options.lr());
 }
 
 }  // namespace optim

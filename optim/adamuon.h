@@ -52,16 +52,16 @@ class AdaMuon : public HybridOptimizer<AdaMuonOptions> {
           std::vector<torch::Tensor> others, AdaMuonOptions defaults = {});
 
  private:
-  void start(const torch::Tensor& p, ParamState& s,
-             const AdaMuonOptions& o) const override;
-  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
-              const AdaMuonOptions& o) override;
+  void start(const torch::Tensor& p, ParamState& state,
+             const AdaMuonOptions& options) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad,
+              ParamState& state, const AdaMuonOptions& options) override;
 };
 
 // The matrix direction (before lr) in place on the momentum and v.
 torch::Tensor adamuon_direction(const torch::Tensor& grad,
                                 const torch::Tensor& momentum_buffer,
                                 const torch::Tensor& v_buffer,
-                                const AdaMuonOptions& o);
+                                const AdaMuonOptions& options);
 
 }  // namespace optim

@@ -140,9 +140,9 @@ void adam_update_(const torch::Tensor& p, const torch::Tensor& grad,
              -lr / bias_correction1);
 }
 
-void start_adam_moments(ParamState& s, const torch::Tensor& p) {
-  s.set("exp_avg", torch::zeros_like(p, torch::MemoryFormat::Preserve));
-  s.set("exp_avg_sq", torch::zeros_like(p, torch::MemoryFormat::Preserve));
+void start_adam_moments(ParamState& state, const torch::Tensor& p) {
+  state.set("exp_avg", torch::zeros_like(p, torch::MemoryFormat::Preserve));
+  state.set("exp_avg_sq", torch::zeros_like(p, torch::MemoryFormat::Preserve));
 }
 
 // ---------------------------------------------------------------------------

@@ -159,7 +159,7 @@ void adam_update_(const torch::Tensor& p, const torch::Tensor& grad,
                   double eps);
 
 // Adam's moments m ("exp_avg") and v ("exp_avg_sq"), zero, shaped as p.
-void start_adam_moments(ParamState& s, const torch::Tensor& p);
+void start_adam_moments(ParamState& state, const torch::Tensor& p);
 
 // ---------------------------------------------------------------------------
 // Options of a family: fields in a base class, setters typed as the rule's
@@ -261,22 +261,23 @@ class HybridOptimizer : public StatefulOptimizer {
  public:
   torch::Tensor step(LossClosure closure = nullptr) override {
     return step_each<Options>(
-        closure, [](const Options& o) { o.validate(); },
-        [&](const torch::Tensor& p, Options& o) {
-          ParamState& s = state_for(p, [&](ParamState& fresh) {
-            if (o.matrix_rule()) {
-              start(p, fresh, o);
+        closure, [](const Options& options) { options.validate(); },
+        [&](const torch::Tensor& p, Options& options) {
+          ParamState& state = state_for(p, [&](ParamState& fresh) {
+            if (options.matrix_rule()) {
+              start(p, fresh, options);
             } else {
               start_adam_moments(fresh, p);
             }
           });
-          s.step += 1;
-          if (o.matrix_rule()) {
-            update(p, p.grad(), s, o);
+          state.step += 1;
+          if (options.matrix_rule()) {
+            update(p, p.grad(), state, options);
           } else {
-            adam_update_(p, p.grad(), s.at("exp_avg"), s.at("exp_avg_sq"),
-                         s.step, o.adam_lr(), std::get<0>(o.adam_betas()),
-                         std::get<1>(o.adam_betas()), o.adam_eps());
+            adam_update_(p, p.grad(), state.at("exp_avg"),
+                         state.at("exp_avg_sq"), state.step, options.adam_lr(),
+                         std::get<0>(options.adam_betas()),
+                         std::get<1>(options.adam_betas()), options.adam_eps());
           }
         });
   }
@@ -292,25 +293,25 @@ class HybridOptimizer : public StatefulOptimizer {
     defaults.validate();
   }
 
-  virtual void start(const torch::Tensor& p, ParamState& s,
-                     const Options& o) const = 0;
+  virtual void start(const torch::Tensor& p, ParamState& state,
+                     const Options& options) const = 0;
   virtual void update(const torch::Tensor& p, const torch::Tensor& grad,
-                      ParamState& s, const Options& o) = 0;
+                      ParamState& state, const Options& options) = 0;
 
  private:
   static std::vector<torch::optim::OptimizerParamGroup> groups(
       const char* rule, std::vector<torch::Tensor> matrices,
-      std::vector<torch::Tensor> others, Options o) {
+      std::vector<torch::Tensor> others, Options options) {
     for (const auto& p : matrices) {
       TORCH_CHECK(p.dim() == 2, rule, ": matrix parameters must be 2-D, got ",
                   p.sizes());
     }
     std::vector<torch::optim::OptimizerParamGroup> out;
     out.emplace_back(std::move(matrices),
-                     std::make_unique<Options>(o.matrix_rule(true)));
+                     std::make_unique<Options>(options.matrix_rule(true)));
     if (!others.empty()) {
       out.emplace_back(std::move(others),
-                       std::make_unique<Options>(o.matrix_rule(false)));
+                       std::make_unique<Options>(options.matrix_rule(false)));
     }
     return out;
   }
@@ -384,18 +385,18 @@ class PooledAdam : public StatefulOptimizer {
     std::vector<torch::Tensor> sqs;
     std::vector<double> corrections;
     torch::Tensor loss = step_each<Options>(
-        closure, [](const Options& o) { o.validate(); },
-        [&](const torch::Tensor& p, Options& o) {
-          ParamState& s = state_for(
+        closure, [](const Options& options) { options.validate(); },
+        [&](const torch::Tensor& p, Options& options) {
+          ParamState& state = state_for(
               p, [&](ParamState& fresh) { start_adam_moments(fresh, p); });
-          s.step += 1;
-          const auto [beta1, beta2] = o.betas();
+          state.step += 1;
+          const auto [beta1, beta2] = options.betas();
           const torch::Tensor& grad = p.grad();
-          s.at("exp_avg").mul_(beta1).add_(grad, 1 - beta1);
-          s.at("exp_avg_sq").mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-          items.push_back({p, &s, &o});
-          sqs.push_back(s.at("exp_avg_sq"));
-          corrections.push_back(1 - std::pow(beta2, s.step));
+          state.at("exp_avg").mul_(beta1).add_(grad, 1 - beta1);
+          state.at("exp_avg_sq").mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+          items.push_back({p, &state, &options});
+          sqs.push_back(state.at("exp_avg_sq"));
+          corrections.push_back(1 - std::pow(beta2, state.step));
         });
     if (items.empty())
       return loss;
@@ -424,7 +425,7 @@ class PooledAdam : public StatefulOptimizer {
   virtual torch::Tensor denominator(const torch::Tensor& exp_avg_sq,
                                     double bias_correction2,
                                     const torch::Tensor& rms,
-                                    const Options& o) const = 0;
+                                    const Options& options) const = 0;
 };
 
 }  // namespace optim

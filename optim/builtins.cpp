@@ -29,8 +29,9 @@ OptimizerInfo adam_p_entry(const std::string& name, double p,
   return make_entry(
       name, std::move(summary),
       p == 0 ? Equivariance::kEquivariant : Equivariance::kBasisDependent,
-      AdamPOptions().p(p), [](const ParamSplit& s, const AdamPOptions& o) {
-        return std::make_unique<AdamP>(s.all(), o);
+      AdamPOptions().p(p),
+      [](const ParamSplit& s, const AdamPOptions& options) {
+        return std::make_unique<AdamP>(s.all(), options);
       });
 }
 
@@ -61,44 +62,44 @@ std::vector<OptimizerInfo> builtin_optimizers() {
       make_entry("scalar-adam",
                  "Adam's moments with one denominator shared by all parameters",
                  Equivariance::kEquivariant, ScalarAdamOptions(),
-                 [](const ParamSplit& p, const ScalarAdamOptions& o) {
-                   return std::make_unique<ScalarAdam>(p.all(), o);
+                 [](const ParamSplit& p, const ScalarAdamOptions& options) {
+                   return std::make_unique<ScalarAdam>(p.all(), options);
                  }));
   r.push_back(make_entry(
       "muon",
       "hybrid Muon: NS5 of undamped momentum on hidden matrices, Adam 1e-3 "
       "on the rest",
       Equivariance::kEquivariant, MuonOptions(),
-      [](const ParamSplit& p, const MuonOptions& o) {
-        return std::make_unique<Muon>(p.matrices, p.others, o);
+      [](const ParamSplit& p, const MuonOptions& options) {
+        return std::make_unique<Muon>(p.matrices, p.others, options);
       }));
   r.push_back(make_entry(
       "rmsprop",
       "classical RMSprop: v = 0.99 v + 0.01 g^2, p -= lr g / (sqrt(v) + "
       "eps), no momentum",
       Equivariance::kBasisDependent, RMSpropOptions(),
-      [](const ParamSplit& p, const RMSpropOptions& o) {
-        return std::make_unique<RMSprop>(p.all(), o);
+      [](const ParamSplit& p, const RMSpropOptions& options) {
+        return std::make_unique<RMSprop>(p.all(), options);
       }));
   r.push_back(make_entry(
       "signum", "sign of an EMA momentum: m = 0.9 m + 0.1 g, p -= lr sign(m)",
       Equivariance::kBasisDependent, SignumOptions(),
-      [](const ParamSplit& p, const SignumOptions& o) {
-        return std::make_unique<Signum>(p.all(), o);
+      [](const ParamSplit& p, const SignumOptions& options) {
+        return std::make_unique<Signum>(p.all(), options);
       }));
   r.push_back(make_entry(
       "lion", "p -= lr sign(0.9 m + 0.1 g), then m = 0.99 m + 0.01 g",
       Equivariance::kBasisDependent, LionOptions(),
-      [](const ParamSplit& p, const LionOptions& o) {
-        return std::make_unique<Lion>(p.all(), o);
+      [](const ParamSplit& p, const LionOptions& options) {
+        return std::make_unique<Lion>(p.all(), options);
       }));
   r.push_back(make_entry(
       "adafactor",
       "factored second moment: row/column EMAs (0.999) of g^2, V = R C^T / "
       "mean(R); p -= lr g / (sqrt(V_hat) + eps); 1-D unfactored",
       Equivariance::kBasisDependent, AdafactorOptions(),
-      [](const ParamSplit& p, const AdafactorOptions& o) {
-        return std::make_unique<Adafactor>(p.all(), o);
+      [](const ParamSplit& p, const AdafactorOptions& options) {
+        return std::make_unique<Adafactor>(p.all(), options);
       }));
   r.push_back(make_entry(
       "shampoo",
@@ -106,8 +107,8 @@ std::vector<OptimizerInfo> builtin_optimizers() {
       "L = sum G G^T, R = sum G^T G, roots every 20 steps; Adam 1e-3 on "
       "the rest",
       Equivariance::kEquivariant, ShampooOptions(),
-      [](const ParamSplit& p, const ShampooOptions& o) {
-        return std::make_unique<Shampoo>(p.matrices, p.others, o);
+      [](const ParamSplit& p, const ShampooOptions& options) {
+        return std::make_unique<Shampoo>(p.matrices, p.others, options);
       }));
   r.push_back(adam_p_entry(
       kAdamPPrefix, kDefaultAdamP,
@@ -125,24 +126,24 @@ std::vector<OptimizerInfo> builtin_optimizers() {
       "statistics L, R, bases refreshed every 10 updates, no update at step "
       "1; 1-D parameters plain Adam",
       Equivariance::kEquivariant, SoapOptions(),
-      [](const ParamSplit& p, const SoapOptions& o) {
-        return std::make_unique<Soap>(p.all(), o);
+      [](const ParamSplit& p, const SoapOptions& options) {
+        return std::make_unique<Soap>(p.all(), options);
       }));
   r.push_back(make_entry(
       "soap-right",
       "SOAP with only the right (column) side preconditioned: Adam on G Q_R "
       "(the control)",
       Equivariance::kBasisDependent, SoapOptions().precondition_left(false),
-      [](const ParamSplit& p, const SoapOptions& o) {
-        return std::make_unique<Soap>(p.all(), o);
+      [](const ParamSplit& p, const SoapOptions& options) {
+        return std::make_unique<Soap>(p.all(), options);
       }));
   r.push_back(make_entry(
       "adam-mini",
       "Adam-mini: Adam's m per entry, one v per block (per head for W_Q, "
       "W_K; per row for other matrices; per tensor otherwise)",
       Equivariance::kEquivariant, AdamMiniOptions(),
-      [](const ParamSplit& p, const AdamMiniOptions& o) {
-        return std::make_unique<AdamMini>(p.all(), p.qk, p.heads, o);
+      [](const ParamSplit& p, const AdamMiniOptions& options) {
+        return std::make_unique<AdamMini>(p.all(), p.qk, p.heads, options);
       }));
   r.push_back(make_entry(
       "normuon",
@@ -150,8 +151,8 @@ std::vector<OptimizerInfo> builtin_optimizers() {
       "an EMA of its mean square, rescaled to its norm; Adam 3e-4 on the "
       "rest (near-equivariant: NS5 is not exactly orthogonal)",
       Equivariance::kBasisDependent, NorMuonOptions(),
-      [](const ParamSplit& p, const NorMuonOptions& o) {
-        return std::make_unique<NorMuon>(p.matrices, p.others, o);
+      [](const ParamSplit& p, const NorMuonOptions& options) {
+        return std::make_unique<NorMuon>(p.matrices, p.others, options);
       }));
   r.push_back(make_entry(
       "adamuon",
@@ -159,24 +160,24 @@ std::vector<OptimizerInfo> builtin_optimizers() {
       "square, update RMS 0.2 lr; Adam (betas 0.9, 0.95) at the same lr on "
       "the rest",
       Equivariance::kBasisDependent, AdaMuonOptions(),
-      [](const ParamSplit& p, const AdaMuonOptions& o) {
-        return std::make_unique<AdaMuon>(p.matrices, p.others, o);
+      [](const ParamSplit& p, const AdaMuonOptions& options) {
+        return std::make_unique<AdaMuon>(p.matrices, p.others, options);
       }));
   r.push_back(make_entry(
       "scion-col",
       "hybrid Scion, column-norm LMO of the averaged gradient (alpha 0.1, "
       "scale 3) on hidden matrices; Adam 1e-3 on the rest",
       Equivariance::kEquivariant, ScionOptions().norm(ScionNorm::kColumn),
-      [](const ParamSplit& p, const ScionOptions& o) {
-        return std::make_unique<Scion>(p.matrices, p.others, o);
+      [](const ParamSplit& p, const ScionOptions& options) {
+        return std::make_unique<Scion>(p.matrices, p.others, options);
       }));
   r.push_back(make_entry(
       "scion-row",
       "hybrid Scion, row-norm LMO of the averaged gradient (alpha 0.1, "
       "scale 3) on hidden matrices; Adam 1e-3 on the rest",
       Equivariance::kBasisDependent, ScionOptions().norm(ScionNorm::kRow),
-      [](const ParamSplit& p, const ScionOptions& o) {
-        return std::make_unique<Scion>(p.matrices, p.others, o);
+      [](const ParamSplit& p, const ScionOptions& options) {
+        return std::make_unique<Scion>(p.matrices, p.others, options);
       }));
   r.push_back(make_entry(
       "shampoo-graft",
@@ -184,32 +185,32 @@ std::vector<OptimizerInfo> builtin_optimizers() {
       "of Adam's diagonal step (beta2 0.999, eps 1e-10); Adam 1e-3 on the "
       "rest",
       Equivariance::kBasisDependent, ShampooGraftOptions(),
-      [](const ParamSplit& p, const ShampooGraftOptions& o) {
-        return std::make_unique<ShampooGraft>(p.matrices, p.others, o);
+      [](const ParamSplit& p, const ShampooGraftOptions& options) {
+        return std::make_unique<ShampooGraft>(p.matrices, p.others, options);
       }));
   r.push_back(make_entry(
       "muon-torch",
       "hybrid PyTorch Muon: Nesterov momentum 0.95 (EMA), NS on X/||X||, lr "
       "times sqrt(max(1, rows/cols)); Adam 1e-3 on the rest",
       Equivariance::kEquivariant, MuonTorchOptions(),
-      [](const ParamSplit& p, const MuonTorchOptions& o) {
-        return std::make_unique<MuonTorch>(p.matrices, p.others, o);
+      [](const ParamSplit& p, const MuonTorchOptions& options) {
+        return std::make_unique<MuonTorch>(p.matrices, p.others, options);
       }));
   r.push_back(make_entry(
       "cautious-sgd",
       "cautious sgd: heavy-ball momentum 0.9 masked by 1[b g > 0], rescaled "
       "by the mask's mean",
       Equivariance::kBasisDependent, CautiousSgdOptions(),
-      [](const ParamSplit& p, const CautiousSgdOptions& o) {
-        return std::make_unique<CautiousSgd>(p.all(), o);
+      [](const ParamSplit& p, const CautiousSgdOptions& options) {
+        return std::make_unique<CautiousSgd>(p.all(), options);
       }));
   r.push_back(
       make_entry("cautious-adam",
                  "C-AdamW without weight decay: Adam's m masked by 1[m g > 0], "
                  "rescaled by the mask's mean, eps 1e-6",
                  Equivariance::kBasisDependent, CautiousAdamOptions(),
-                 [](const ParamSplit& p, const CautiousAdamOptions& o) {
-                   return std::make_unique<CautiousAdam>(p.all(), o);
+                 [](const ParamSplit& p, const CautiousAdamOptions& options) {
+                   return std::make_unique<CautiousAdam>(p.all(), options);
                  }));
   return r;
 }

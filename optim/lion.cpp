@@ -4,12 +4,14 @@ namespace optim {
 
 namespace {
 
-void check_options(const LionOptions& o) {
-  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
-  TORCH_CHECK(0 <= std::get<0>(o.betas()) && std::get<0>(o.betas()) < 1.0,
-              "Invalid beta parameter at index 0: ", std::get<0>(o.betas()));
-  TORCH_CHECK(0 <= std::get<1>(o.betas()) && std::get<1>(o.betas()) < 1.0,
-              "Invalid beta parameter at index 1: ", std::get<1>(o.betas()));
+void check_options(const LionOptions& options) {
+  TORCH_CHECK(options.lr() >= 0, "Invalid learning rate: ", options.lr());
+  TORCH_CHECK(
+      0 <= std::get<0>(options.betas()) && std::get<0>(options.betas()) < 1.0,
+      "Invalid beta parameter at index 0: ", std::get<0>(options.betas()));
+  TORCH_CHECK(
+      0 <= std::get<1>(options.betas()) && std::get<1>(options.betas()) < 1.0,
+      "Invalid beta parameter at index 1: ", std::get<1>(options.betas()));
 }
 
 }  // namespace
@@ -30,15 +32,15 @@ Lion::Lion(std::vector<torch::optim::OptimizerParamGroup> groups,
 
 torch::Tensor Lion::step(LossClosure closure) {
   return step_each<LionOptions>(
-      closure, [](const LionOptions& o) { check_options(o); },
-      [&](const torch::Tensor& p, LionOptions& o) {
-        const auto [beta1, beta2] = o.betas();
+      closure, [](const LionOptions& options) { check_options(options); },
+      [&](const torch::Tensor& p, LionOptions& options) {
+        const auto [beta1, beta2] = options.betas();
         ParamState& s = state_for(p, [&](ParamState& fresh) {
           fresh.set("exp_avg",
                     torch::zeros_like(p, torch::MemoryFormat::Preserve));
         });
         s.step += 1;
-        lion_update_(p, p.grad(), s.at("exp_avg"), o.lr(), beta1, beta2);
+        lion_update_(p, p.grad(), s.at("exp_avg"), options.lr(), beta1, beta2);
       });
 }
 

@@ -20,16 +20,16 @@ Muon::Muon(std::vector<torch::Tensor> matrices,
     : HybridOptimizer("Muon", std::move(matrices), std::move(others),
                       defaults) {}
 
-void Muon::start(const torch::Tensor& p, ParamState& s,
+void Muon::start(const torch::Tensor& p, ParamState& state,
                  const MuonOptions&) const {
-  s.set("momentum_buffer", torch::zeros_like(p));
+  state.set("momentum_buffer", torch::zeros_like(p));
 }
 
 void Muon::update(const torch::Tensor& p, const torch::Tensor& grad,
-                  ParamState& s, const MuonOptions& o) {
+                  ParamState& state, const MuonOptions& options) {
   const torch::Tensor& b =
-      s.at("momentum_buffer").mul_(o.momentum()).add_(grad);
-  p.add_(newton_schulz5(b, o.ns_steps()), -o.lr());
+      state.at("momentum_buffer").mul_(options.momentum()).add_(grad);
+  p.add_(newton_schulz5(b, options.ns_steps()), -options.lr());
 }
 
 }  // namespace optim

@@ -33,10 +33,10 @@ class Muon : public HybridOptimizer<MuonOptions> {
        MuonOptions defaults = {});
 
  private:
-  void start(const torch::Tensor& p, ParamState& s,
-             const MuonOptions& o) const override;
-  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
-              const MuonOptions& o) override;
+  void start(const torch::Tensor& p, ParamState& state,
+             const MuonOptions& options) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad,
+              ParamState& state, const MuonOptions& options) override;
 };
 
 }  // namespace optim

@@ -42,13 +42,15 @@ torch::Tensor newton_schulz_torch(const torch::Tensor& G, double a, double b,
 
 torch::Tensor muon_torch_direction(const torch::Tensor& grad,
                                    const torch::Tensor& momentum_buffer,
-                                   const MuonTorchOptions& o) {
-  momentum_buffer.lerp_(grad, 1 - o.momentum());
-  const torch::Tensor u =
-      o.nesterov() ? grad.lerp(momentum_buffer, o.momentum()) : momentum_buffer;
-  torch::Tensor d = newton_schulz_torch(u, o.ns_a(), o.ns_b(), o.ns_c(),
-                                        o.ns_steps(), o.eps());
-  if (o.shape_scale()) {
+                                   const MuonTorchOptions& options) {
+  momentum_buffer.lerp_(grad, 1 - options.momentum());
+  const torch::Tensor u = options.nesterov()
+                              ? grad.lerp(momentum_buffer, options.momentum())
+                              : momentum_buffer;
+  torch::Tensor d =
+      newton_schulz_torch(u, options.ns_a(), options.ns_b(), options.ns_c(),
+                          options.ns_steps(), options.eps());
+  if (options.shape_scale()) {
     d = d * std::sqrt(std::max(1.0, double(grad.size(0)) / grad.size(1)));
   }
   return d;
@@ -60,14 +62,15 @@ MuonTorch::MuonTorch(std::vector<torch::Tensor> matrices,
     : HybridOptimizer("MuonTorch", std::move(matrices), std::move(others),
                       defaults) {}
 
-void MuonTorch::start(const torch::Tensor& p, ParamState& s,
+void MuonTorch::start(const torch::Tensor& p, ParamState& state,
                       const MuonTorchOptions&) const {
-  s.set("momentum_buffer", torch::zeros_like(p));
+  state.set("momentum_buffer", torch::zeros_like(p));
 }
 
 void MuonTorch::update(const torch::Tensor& p, const torch::Tensor& grad,
-                       ParamState& s, const MuonTorchOptions& o) {
-  p.add_(muon_torch_direction(grad, s.at("momentum_buffer"), o), -o.lr());
+                       ParamState& state, const MuonTorchOptions& options) {
+  p.add_(muon_torch_direction(grad, state.at("momentum_buffer"), options),
+         -options.lr());
 }
 
 }  // namespace optim

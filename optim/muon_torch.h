@@ -50,10 +50,10 @@ class MuonTorch : public HybridOptimizer<MuonTorchOptions> {
             std::vector<torch::Tensor> others, MuonTorchOptions defaults = {});
 
  private:
-  void start(const torch::Tensor& p, ParamState& s,
-             const MuonTorchOptions& o) const override;
-  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
-              const MuonTorchOptions& o) override;
+  void start(const torch::Tensor& p, ParamState& state,
+             const MuonTorchOptions& options) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad,
+              ParamState& state, const MuonTorchOptions& options) override;
 };
 
 // PyTorch's _zeropower_via_newtonschulz in G's dtype: G / max(||G||_F, eps),
@@ -65,6 +65,6 @@ torch::Tensor newton_schulz_torch(const torch::Tensor& G, double a, double b,
 // momentum, Newton-Schulz and the shape factor.
 torch::Tensor muon_torch_direction(const torch::Tensor& grad,
                                    const torch::Tensor& momentum_buffer,
-                                   const MuonTorchOptions& o);
+                                   const MuonTorchOptions& options);
 
 }  // namespace optim

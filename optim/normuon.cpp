@@ -35,13 +35,15 @@ torch::Tensor normuon_normalize(const torch::Tensor& O,
 torch::Tensor normuon_direction(const torch::Tensor& grad,
                                 const torch::Tensor& momentum_buffer,
                                 const torch::Tensor& second_moment,
-                                const NorMuonOptions& o) {
-  momentum_buffer.lerp_(grad, 1 - o.momentum());
-  const torch::Tensor u =
-      o.nesterov() ? grad.lerp(momentum_buffer, o.momentum()) : momentum_buffer;
-  torch::Tensor d = normuon_normalize(newton_schulz5(u, o.ns_steps()),
-                                      second_moment, o.beta2(), o.eps());
-  if (o.shape_scale()) {
+                                const NorMuonOptions& options) {
+  momentum_buffer.lerp_(grad, 1 - options.momentum());
+  const torch::Tensor u = options.nesterov()
+                              ? grad.lerp(momentum_buffer, options.momentum())
+                              : momentum_buffer;
+  torch::Tensor d =
+      normuon_normalize(newton_schulz5(u, options.ns_steps()), second_moment,
+                        options.beta2(), options.eps());
+  if (options.shape_scale()) {
     d.mul_(std::sqrt(std::max(1.0, double(grad.size(0)) / grad.size(1))));
   }
   return d;
@@ -52,17 +54,17 @@ NorMuon::NorMuon(std::vector<torch::Tensor> matrices,
     : HybridOptimizer("NorMuon", std::move(matrices), std::move(others),
                       defaults) {}
 
-void NorMuon::start(const torch::Tensor& p, ParamState& s,
+void NorMuon::start(const torch::Tensor& p, ParamState& state,
                     const NorMuonOptions&) const {
-  s.set("momentum_buffer", torch::zeros_like(p));
-  s.set("second_moment", torch::zeros({p.size(0), 1}, p.options()));
+  state.set("momentum_buffer", torch::zeros_like(p));
+  state.set("second_moment", torch::zeros({p.size(0), 1}, p.options()));
 }
 
 void NorMuon::update(const torch::Tensor& p, const torch::Tensor& grad,
-                     ParamState& s, const NorMuonOptions& o) {
-  p.add_(normuon_direction(grad, s.at("momentum_buffer"), s.at("second_moment"),
-                           o),
-         -o.lr());
+                     ParamState& state, const NorMuonOptions& options) {
+  p.add_(normuon_direction(grad, state.at("momentum_buffer"),
+                           state.at("second_moment"), options),
+         -options.lr());
 }
 
 }  // namespace optim

@@ -54,10 +54,10 @@ class NorMuon : public HybridOptimizer<NorMuonOptions> {
           std::vector<torch::Tensor> others, NorMuonOptions defaults = {});
 
  private:
-  void start(const torch::Tensor& p, ParamState& s,
-             const NorMuonOptions& o) const override;
-  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
-              const NorMuonOptions& o) override;
+  void start(const torch::Tensor& p, ParamState& state,
+             const NorMuonOptions& options) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad,
+              ParamState& state, const NorMuonOptions& options) override;
 };
 
 // The row normalisation of an orthogonalised O (rows, cols), updating the
@@ -73,6 +73,6 @@ torch::Tensor normuon_normalize(const torch::Tensor& O,
 torch::Tensor normuon_direction(const torch::Tensor& grad,
                                 const torch::Tensor& momentum_buffer,
                                 const torch::Tensor& second_moment,
-                                const NorMuonOptions& o);
+                                const NorMuonOptions& options);
 
 }  // namespace optim

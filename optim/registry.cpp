@@ -108,31 +108,32 @@ std::optional<ParamRole> ParamSplit::role_of(const torch::Tensor& p) const {
   return std::nullopt;
 }
 
-const char* to_string(Role r) {
+const char* to_string(Role role) {
   // In the order of Role.
   static const char* const kNames[] = {"wq",   "wk",  "wv",        "wo",
                                        "w1",   "w2",  "embedding", "positional",
                                        "gain", "head"};
-  return kNames[static_cast<int>(r)];
+  return kNames[static_cast<int>(role)];
 }
 
-Hparams hparams_of(const torch::optim::AdamOptions& o) {
-  return {{"beta1", std::get<0>(o.betas())},
-          {"beta2", std::get<1>(o.betas())},
-          {"eps", o.eps()},
-          {"weight_decay", o.weight_decay()},
-          {"amsgrad", o.amsgrad() ? 1.0 : 0.0}};
+Hparams hparams_of(const torch::optim::AdamOptions& options) {
+  return {{"beta1", std::get<0>(options.betas())},
+          {"beta2", std::get<1>(options.betas())},
+          {"eps", options.eps()},
+          {"weight_decay", options.weight_decay()},
+          {"amsgrad", options.amsgrad() ? 1.0 : 0.0}};
 }
 
-Hparams hparams_of(const torch::optim::SGDOptions& o) {
-  return {{"momentum", o.momentum()},
-          {"dampening", o.dampening()},
-          {"nesterov", o.nesterov() ? 1.0 : 0.0},
-          {"weight_decay", o.weight_decay()}};
+Hparams hparams_of(const torch::optim::SGDOptions& options) {
+  return {{"momentum", options.momentum()},
+          {"dampening", options.dampening()},
+          {"nesterov", options.nesterov() ? 1.0 : 0.0},
+          {"weight_decay", options.weight_decay()}};
 }
 
-const char* to_string(Equivariance e) {
-  return e == Equivariance::kEquivariant ? "equivariant" : "basis-dependent";
+const char* to_string(Equivariance equivariance) {
+  return equivariance == Equivariance::kEquivariant ? "equivariant"
+                                                    : "basis-dependent";
 }
 
 bool register_optimizer(OptimizerInfo info) {

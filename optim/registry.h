@@ -25,11 +25,11 @@ namespace optim {
 // The hyperparameters of an options struct: its hparams(), or for
 // LibTorch's own option types the fields its Adam / SGD read.
 template <class Options>
-Hparams hparams_of(const Options& o) {
-  return o.hparams();
+Hparams hparams_of(const Options& options) {
+  return options.hparams();
 }
-Hparams hparams_of(const torch::optim::AdamOptions& o);
-Hparams hparams_of(const torch::optim::SGDOptions& o);
+Hparams hparams_of(const torch::optim::AdamOptions& options);
+Hparams hparams_of(const torch::optim::SGDOptions& options);
 
 // What a parameter is in the model, for rules that treat kinds apart (a
 // rule written elsewhere can ask for named groups).
@@ -46,13 +46,13 @@ enum class Role {
   kGain,
   kHead
 };
-const char* to_string(Role r);  // "wq", ..., "embedding", "gain", "head"
+const char* to_string(Role role);  // "wq", ..., "embedding", "gain", "head"
 
 struct ParamRole {
   Role role;
   int64_t layer = -1;  // the block it belongs to; -1 outside the blocks
-  bool operator==(const ParamRole& o) const {
-    return role == o.role && layer == o.layer;
+  bool operator==(const ParamRole& other) const {
+    return role == other.role && layer == other.layer;
   }
 };
 
@@ -76,7 +76,7 @@ struct ParamSplit {
 
 // What the theory predicts for the attention-head gauge.
 enum class Equivariance { kEquivariant, kBasisDependent };
-const char* to_string(Equivariance e);
+const char* to_string(Equivariance equivariance);
 
 using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(
     const ParamSplit& params, double lr)>;
@@ -99,10 +99,10 @@ OptimizerInfo make_entry(std::string name, std::string summary,
                          Equivariance predicted, const Options& defaults,
                          Build build) {
   return {std::move(name), std::move(summary), predicted, hparams_of(defaults),
-          [defaults, build](const ParamSplit& p, double lr) {
-            Options o = defaults;
-            o.lr(lr);
-            return build(p, o);
+          [defaults, build](const ParamSplit& split, double lr) {
+            Options options = defaults;
+            options.lr(lr);
+            return build(split, options);
           }};
 }
 

@@ -4,11 +4,11 @@ namespace optim {
 
 namespace {
 
-void check_options(const RMSpropOptions& o) {
-  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
-  TORCH_CHECK(0 <= o.alpha() && o.alpha() < 1.0,
-              "Invalid alpha value: ", o.alpha());
-  TORCH_CHECK(o.eps() >= 0, "Invalid epsilon value: ", o.eps());
+void check_options(const RMSpropOptions& options) {
+  TORCH_CHECK(options.lr() >= 0, "Invalid learning rate: ", options.lr());
+  TORCH_CHECK(0 <= options.alpha() && options.alpha() < 1.0,
+              "Invalid alpha value: ", options.alpha());
+  TORCH_CHECK(options.eps() >= 0, "Invalid epsilon value: ", options.eps());
 }
 
 }  // namespace
@@ -29,15 +29,15 @@ RMSprop::RMSprop(std::vector<torch::optim::OptimizerParamGroup> groups,
 
 torch::Tensor RMSprop::step(LossClosure closure) {
   return step_each<RMSpropOptions>(
-      closure, [](const RMSpropOptions& o) { check_options(o); },
-      [&](const torch::Tensor& p, RMSpropOptions& o) {
+      closure, [](const RMSpropOptions& options) { check_options(options); },
+      [&](const torch::Tensor& p, RMSpropOptions& options) {
         ParamState& s = state_for(p, [&](ParamState& fresh) {
           fresh.set("square_avg",
                     torch::zeros_like(p, torch::MemoryFormat::Preserve));
         });
         s.step += 1;
-        rmsprop_update_(p, p.grad(), s.at("square_avg"), o.lr(), o.alpha(),
-                        o.eps());
+        rmsprop_update_(p, p.grad(), s.at("square_avg"), options.lr(),
+                        options.alpha(), options.eps());
       });
 }
 

@@ -4,8 +4,8 @@ namespace optim {
 
 torch::Tensor ScalarAdam::denominator(const torch::Tensor&, double,
                                       const torch::Tensor& rms,
-                                      const ScalarAdamOptions& o) const {
-  return rms + o.eps();
+                                      const ScalarAdamOptions& options) const {
+  return rms + options.eps();
 }
 
 }  // namespace optim

@@ -33,7 +33,7 @@ class ScalarAdam : public PooledAdam<ScalarAdamOptions> {
  private:
   torch::Tensor denominator(const torch::Tensor& exp_avg_sq,
                             double bias_correction2, const torch::Tensor& rms,
-                            const ScalarAdamOptions& o) const override;
+                            const ScalarAdamOptions& options) const override;
 };
 
 }  // namespace optim

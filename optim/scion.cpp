@@ -41,19 +41,21 @@ Scion::Scion(std::vector<torch::Tensor> matrices,
     : HybridOptimizer("Scion", std::move(matrices), std::move(others),
                       defaults) {}
 
-void Scion::start(const torch::Tensor& p, ParamState& s,
+void Scion::start(const torch::Tensor& p, ParamState& state,
                   const ScionOptions&) const {
-  s.set("momentum_buffer", torch::zeros_like(p));
+  state.set("momentum_buffer", torch::zeros_like(p));
 }
 
 void Scion::update(const torch::Tensor& p, const torch::Tensor& grad,
-                   ParamState& s, const ScionOptions& o) {
-  const torch::Tensor& b =
-      s.at("momentum_buffer").mul_(1 - o.alpha()).add_(grad, o.alpha());
-  const torch::Tensor lmo = o.norm() == ScionNorm::kColumn
-                                ? scion_col_lmo(b, o.normalized(), o.eps())
-                                : scion_row_lmo(b, o.normalized(), o.eps());
-  p.add_(lmo, -o.lr() * o.scale());
+                   ParamState& state, const ScionOptions& options) {
+  const torch::Tensor& b = state.at("momentum_buffer")
+                               .mul_(1 - options.alpha())
+                               .add_(grad, options.alpha());
+  const torch::Tensor lmo =
+      options.norm() == ScionNorm::kColumn
+          ? scion_col_lmo(b, options.normalized(), options.eps())
+          : scion_row_lmo(b, options.normalized(), options.eps());
+  p.add_(lmo, -options.lr() * options.scale());
 }
 
 }  // namespace optim

@@ -55,10 +55,10 @@ class Scion : public HybridOptimizer<ScionOptions> {
         ScionOptions defaults = {});
 
  private:
-  void start(const torch::Tensor& p, ParamState& s,
-             const ScionOptions& o) const override;
-  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
-              const ScionOptions& o) override;
+  void start(const torch::Tensor& p, ParamState& state,
+             const ScionOptions& options) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad,
+              ParamState& state, const ScionOptions& options) override;
 };
 
 // The reference's ColNorm / RowNorm LMOs of a (rows, cols) matrix.

@@ -15,12 +15,12 @@ void check_shampoo_options(double damping, int64_t root_every) {
   TORCH_CHECK(root_every >= 1, "Invalid root refresh interval: ", root_every);
 }
 
-void start_shampoo_statistics(ParamState& s, const torch::Tensor& p) {
+void start_shampoo_statistics(ParamState& state, const torch::Tensor& p) {
   const int64_t m = p.size(0), n = p.size(1);
-  s.set("left", torch::zeros({m, m}, p.options()));
-  s.set("right", torch::zeros({n, n}, p.options()));
-  s.set("left_root", torch::empty({m, m}, p.options()));
-  s.set("right_root", torch::empty({n, n}, p.options()));
+  state.set("left", torch::zeros({m, m}, p.options()));
+  state.set("right", torch::zeros({n, n}, p.options()));
+  state.set("left_root", torch::empty({m, m}, p.options()));
+  state.set("right_root", torch::empty({n, n}, p.options()));
 }
 
 torch::Tensor inverse_fourth_root(const torch::Tensor& A, double damping) {
@@ -46,13 +46,13 @@ torch::Tensor shampoo_direction_(const torch::Tensor& grad,
   return left_root.mm(grad).mm(right_root);
 }
 
-torch::Tensor shampoo_step_direction_(const torch::Tensor& grad, ParamState& s,
-                                      int64_t step, int64_t root_every,
-                                      double damping) {
+torch::Tensor shampoo_step_direction_(const torch::Tensor& grad,
+                                      ParamState& state, int64_t step,
+                                      int64_t root_every, double damping) {
   const bool refresh = (step - 1) % root_every == 0;
-  return shampoo_direction_(grad, s.at("left"), s.at("right"),
-                            s.at("left_root"), s.at("right_root"), refresh,
-                            damping);
+  return shampoo_direction_(grad, state.at("left"), state.at("right"),
+                            state.at("left_root"), state.at("right_root"),
+                            refresh, damping);
 }
 
 Shampoo::Shampoo(std::vector<torch::Tensor> matrices,
@@ -60,15 +60,16 @@ Shampoo::Shampoo(std::vector<torch::Tensor> matrices,
     : HybridOptimizer("Shampoo", std::move(matrices), std::move(others),
                       defaults) {}
 
-void Shampoo::start(const torch::Tensor& p, ParamState& s,
+void Shampoo::start(const torch::Tensor& p, ParamState& state,
                     const ShampooOptions&) const {
-  start_shampoo_statistics(s, p);
+  start_shampoo_statistics(state, p);
 }
 
 void Shampoo::update(const torch::Tensor& p, const torch::Tensor& grad,
-                     ParamState& s, const ShampooOptions& o) {
-  p.add_(shampoo_step_direction_(grad, s, s.step, o.root_every(), o.damping()),
-         -o.lr());
+                     ParamState& state, const ShampooOptions& options) {
+  p.add_(shampoo_step_direction_(grad, state, state.step, options.root_every(),
+                                 options.damping()),
+         -options.lr());
 }
 
 }  // namespace optim

@@ -45,15 +45,15 @@ class Shampoo : public HybridOptimizer<ShampooOptions> {
           std::vector<torch::Tensor> others, ShampooOptions defaults = {});
 
  private:
-  void start(const torch::Tensor& p, ParamState& s,
-             const ShampooOptions& o) const override;
-  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
-              const ShampooOptions& o) override;
+  void start(const torch::Tensor& p, ParamState& state,
+             const ShampooOptions& options) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad,
+              ParamState& state, const ShampooOptions& options) override;
 };
 
 // The statistics and roots above for a matrix p, L and R zero (the roots
 // are written at the first step).
-void start_shampoo_statistics(ParamState& s, const torch::Tensor& p);
+void start_shampoo_statistics(ParamState& state, const torch::Tensor& p);
 
 // Checks damping > 0 and root_every >= 1.
 void check_shampoo_options(double damping, int64_t root_every);
@@ -75,8 +75,8 @@ torch::Tensor shampoo_direction_(const torch::Tensor& grad,
 
 // shampoo_direction_ on the buffers of start_shampoo_statistics, the
 // roots refreshed at steps 1, 1 + root_every, ... (`step` counts from 1).
-torch::Tensor shampoo_step_direction_(const torch::Tensor& grad, ParamState& s,
-                                      int64_t step, int64_t root_every,
-                                      double damping);
+torch::Tensor shampoo_step_direction_(const torch::Tensor& grad,
+                                      ParamState& state, int64_t step,
+                                      int64_t root_every, double damping);
 
 }  // namespace optim

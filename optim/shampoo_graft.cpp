@@ -43,19 +43,20 @@ ShampooGraft::ShampooGraft(std::vector<torch::Tensor> matrices,
     : HybridOptimizer("ShampooGraft", std::move(matrices), std::move(others),
                       defaults) {}
 
-void ShampooGraft::start(const torch::Tensor& p, ParamState& s,
+void ShampooGraft::start(const torch::Tensor& p, ParamState& state,
                          const ShampooGraftOptions&) const {
-  start_shampoo_statistics(s, p);
-  s.set("graft_v", torch::zeros_like(p));
+  start_shampoo_statistics(state, p);
+  state.set("graft_v", torch::zeros_like(p));
 }
 
 void ShampooGraft::update(const torch::Tensor& p, const torch::Tensor& grad,
-                          ParamState& s, const ShampooGraftOptions& o) {
-  const torch::Tensor direction =
-      shampoo_step_direction_(grad, s, s.step, o.root_every(), o.damping());
-  p.add_(adam_graft(direction, grad, s.at("graft_v"), s.step, o.graft_beta2(),
-                    o.graft_eps()),
-         -o.lr());
+                          ParamState& state,
+                          const ShampooGraftOptions& options) {
+  const torch::Tensor direction = shampoo_step_direction_(
+      grad, state, state.step, options.root_every(), options.damping());
+  p.add_(adam_graft(direction, grad, state.at("graft_v"), state.step,
+                    options.graft_beta2(), options.graft_eps()),
+         -options.lr());
 }
 
 }  // namespace optim

@@ -51,10 +51,10 @@ class ShampooGraft : public HybridOptimizer<ShampooGraftOptions> {
                ShampooGraftOptions defaults = {});
 
  private:
-  void start(const torch::Tensor& p, ParamState& s,
-             const ShampooGraftOptions& o) const override;
-  void update(const torch::Tensor& p, const torch::Tensor& grad, ParamState& s,
-              const ShampooGraftOptions& o) override;
+  void start(const torch::Tensor& p, ParamState& state,
+             const ShampooGraftOptions& options) const override;
+  void update(const torch::Tensor& p, const torch::Tensor& grad,
+              ParamState& state, const ShampooGraftOptions& options) override;
 };
 
 // `direction` rescaled to the norm of Adam's diagonal step on `grad`,

@@ -4,10 +4,10 @@ namespace optim {
 
 namespace {
 
-void check_options(const SignumOptions& o) {
-  TORCH_CHECK(o.lr() >= 0, "Invalid learning rate: ", o.lr());
-  TORCH_CHECK(0 <= o.momentum() && o.momentum() < 1.0,
-              "Invalid momentum value: ", o.momentum());
+void check_options(const SignumOptions& options) {
+  TORCH_CHECK(options.lr() >= 0, "Invalid learning rate: ", options.lr());
+  TORCH_CHECK(0 <= options.momentum() && options.momentum() < 1.0,
+              "Invalid momentum value: ", options.momentum());
 }
 
 }  // namespace
@@ -27,15 +27,15 @@ Signum::Signum(std::vector<torch::optim::OptimizerParamGroup> groups,
 
 torch::Tensor Signum::step(LossClosure closure) {
   return step_each<SignumOptions>(
-      closure, [](const SignumOptions& o) { check_options(o); },
-      [&](const torch::Tensor& p, SignumOptions& o) {
+      closure, [](const SignumOptions& options) { check_options(options); },
+      [&](const torch::Tensor& p, SignumOptions& options) {
         ParamState& s = state_for(p, [&](ParamState& fresh) {
           fresh.set("momentum_buffer",
                     torch::zeros_like(p, torch::MemoryFormat::Preserve));
         });
         s.step += 1;
-        signum_update_(p, p.grad(), s.at("momentum_buffer"), o.lr(),
-                       o.momentum());
+        signum_update_(p, p.grad(), s.at("momentum_buffer"), options.lr(),
+                       options.momentum());
       });
 }
 

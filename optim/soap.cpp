@@ -7,14 +7,15 @@ namespace optim {
 
 namespace {
 
-void check_soap_options(const SoapOptions& o) {
-  check_adam_options(o.lr(), o.betas(), o.eps());
-  TORCH_CHECK(o.shampoo_beta() < 1.0,
-              "Invalid shampoo_beta value: ", o.shampoo_beta());
-  TORCH_CHECK(o.precondition_frequency() >= 1,
-              "Invalid precondition frequency: ", o.precondition_frequency());
-  TORCH_CHECK(o.max_precond_dim() >= 1,
-              "Invalid max_precond_dim: ", o.max_precond_dim());
+void check_soap_options(const SoapOptions& options) {
+  check_adam_options(options.lr(), options.betas(), options.eps());
+  TORCH_CHECK(options.shampoo_beta() < 1.0,
+              "Invalid shampoo_beta value: ", options.shampoo_beta());
+  TORCH_CHECK(
+      options.precondition_frequency() >= 1,
+      "Invalid precondition frequency: ", options.precondition_frequency());
+  TORCH_CHECK(options.max_precond_dim() >= 1,
+              "Invalid max_precond_dim: ", options.max_precond_dim());
 }
 
 // All dimensions of a tensor with `dims` dimensions but k.
@@ -101,82 +102,83 @@ namespace {
 // as a vector over the dimensions, undefined where a dimension has none.
 constexpr char kStat[] = "stat_", kBasis[] = "basis_";
 
-std::vector<torch::Tensor> per_dim(const ParamState& s, const char* name,
+std::vector<torch::Tensor> per_dim(const ParamState& state, const char* name,
                                    int64_t dims) {
   std::vector<torch::Tensor> out(dims);
   for (int64_t k = 0; k < dims; ++k) {
     const std::string key = name + std::to_string(k);
-    if (s.has(key))
-      out[k] = s.at(key);
+    if (state.has(key))
+      out[k] = state.at(key);
   }
   return out;
 }
 
 // The first call: statistics and their eigenbases, no update.
-void soap_start_(const torch::Tensor& grad, ParamState& s,
-                 const SoapOptions& o) {
+void soap_start_(const torch::Tensor& grad, ParamState& state,
+                 const SoapOptions& options) {
   std::vector<torch::Tensor> stats(grad.dim());
   for (int64_t k = 0; k < grad.dim(); ++k) {
     const int64_t n = grad.size(k);
-    const bool on = grad.dim() >= 2 && n <= o.max_precond_dim() &&
-                    (k > 0 || o.precondition_left());
+    const bool on = grad.dim() >= 2 && n <= options.max_precond_dim() &&
+                    (k > 0 || options.precondition_left());
     if (on)
       stats[k] = torch::zeros({n, n}, grad.options());
   }
-  soap_accumulate_(stats, grad, o.gram_beta());
+  soap_accumulate_(stats, grad, options.gram_beta());
   for (int64_t k = 0; k < grad.dim(); ++k) {
     if (stats[k].defined()) {
-      s.set(kStat + std::to_string(k), stats[k]);
-      s.set(kBasis + std::to_string(k), soap_eigenbasis(stats[k]));
+      state.set(kStat + std::to_string(k), stats[k]);
+      state.set(kBasis + std::to_string(k), soap_eigenbasis(stats[k]));
     }
   }
 }
 
 // Every precondition_frequency updates: new bases from the statistics, v
 // reordered with them, m moved into the new basis.
-void soap_refresh_(ParamState& s, const std::vector<torch::Tensor>& bases) {
+void soap_refresh_(ParamState& state, const std::vector<torch::Tensor>& bases) {
   const auto dims = static_cast<int64_t>(bases.size());
-  const std::vector<torch::Tensor> stats = per_dim(s, kStat, dims);
-  const torch::Tensor m = soap_project_back(s.at("exp_avg"), bases);
+  const std::vector<torch::Tensor> stats = per_dim(state, kStat, dims);
+  const torch::Tensor m = soap_project_back(state.at("exp_avg"), bases);
   std::vector<torch::Tensor> fresh = bases;
-  torch::Tensor v = s.at("exp_avg_sq");
+  torch::Tensor v = state.at("exp_avg_sq");
   for (int64_t k = 0; k < dims; ++k) {
     if (fresh[k].defined()) {
       fresh[k] = soap_refresh_basis(stats[k], fresh[k], v, k);
-      s.set(kBasis + std::to_string(k), fresh[k]);
+      state.set(kBasis + std::to_string(k), fresh[k]);
     }
   }
-  s.set("exp_avg_sq", v);
-  s.set("exp_avg", soap_project(m, fresh).contiguous());
+  state.set("exp_avg_sq", v);
+  state.set("exp_avg", soap_project(m, fresh).contiguous());
 }
 
 }  // namespace
 
 void soap_step_(const torch::Tensor& p, const torch::Tensor& grad,
-                ParamState& s, const SoapOptions& o) {
-  s.step += 1;
-  if (s.step == 1) {
-    soap_start_(grad, s, o);
+                ParamState& state, const SoapOptions& options) {
+  state.step += 1;
+  if (state.step == 1) {
+    soap_start_(grad, state, options);
     return;
   }
-  const int64_t t = s.step - 1;  // updates, this one included
-  const auto [beta1, beta2] = o.betas();
-  const std::vector<torch::Tensor> bases = per_dim(s, kBasis, grad.dim());
+  const int64_t t = state.step - 1;  // updates, this one included
+  const auto [beta1, beta2] = options.betas();
+  const std::vector<torch::Tensor> bases = per_dim(state, kBasis, grad.dim());
   const torch::Tensor projected = soap_project(grad, bases);
-  torch::Tensor& m = s.at("exp_avg");
-  torch::Tensor& v = s.at("exp_avg_sq");
+  torch::Tensor& m = state.at("exp_avg");
+  torch::Tensor& v = state.at("exp_avg_sq");
   m.mul_(beta1).add_(projected, 1 - beta1);
   v.mul_(beta2).addcmul_(projected, projected, 1 - beta2);
-  const torch::Tensor denom = v.sqrt().add_(o.eps());
-  double step_size = o.lr();
-  if (o.correct_bias()) {
+  const torch::Tensor denom = v.sqrt().add_(options.eps());
+  double step_size = options.lr();
+  if (options.correct_bias()) {
     step_size *= std::sqrt(1 - std::pow(beta2, t)) / (1 - std::pow(beta1, t));
   }
   p.add_(soap_project_back(m / denom, bases), -step_size);
 
-  soap_accumulate_(per_dim(s, kStat, grad.dim()), grad, o.gram_beta());
-  if (t % o.precondition_frequency() == 0)
-    soap_refresh_(s, bases);
+  soap_accumulate_(per_dim(state, kStat, grad.dim()), grad,
+                   options.gram_beta());
+  if (t % options.precondition_frequency() == 0)
+    soap_refresh_(state, bases);
 }
 
 Soap::Soap(std::vector<torch::Tensor> params, SoapOptions defaults)
@@ -187,15 +189,15 @@ Soap::Soap(std::vector<torch::Tensor> params, SoapOptions defaults)
 
 torch::Tensor Soap::step(LossClosure closure) {
   return step_each<SoapOptions>(
-      closure, [](const SoapOptions& o) { check_soap_options(o); },
-      [&](const torch::Tensor& p, SoapOptions& o) {
+      closure, [](const SoapOptions& options) { check_soap_options(options); },
+      [&](const torch::Tensor& p, SoapOptions& options) {
         ParamState& s = state_for(p, [&](ParamState& fresh) {
           fresh.set("exp_avg",
                     torch::zeros_like(p, torch::MemoryFormat::Contiguous));
           fresh.set("exp_avg_sq",
                     torch::zeros_like(p, torch::MemoryFormat::Contiguous));
         });
-        soap_step_(p, p.grad(), s, o);
+        soap_step_(p, p.grad(), s, options);
       });
 }
 

@@ -108,6 +108,6 @@ torch::Tensor soap_refresh_basis(const torch::Tensor& stat,
 // statistics' update and, every precondition_frequency updates, a refresh
 // of the bases.
 void soap_step_(const torch::Tensor& p, const torch::Tensor& grad,
-                ParamState& s, const SoapOptions& o);
+                ParamState& state, const SoapOptions& options);
 
 }  // namespace optim

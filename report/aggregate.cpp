@@ -130,9 +130,10 @@ Aggregate aggregate(const Layout& layout, const Records& unordered,
   return a;
 }
 
-const Figure* find_figure(const Aggregate& a, const std::string& section,
-                          const std::string& row, const std::string& column) {
-  for (const auto& s : a.sections) {
+const Figure* find_figure(const Aggregate& aggregate,
+                          const std::string& section, const std::string& row,
+                          const std::string& column) {
+  for (const auto& s : aggregate.sections) {
     if (s.id != section) {
       continue;
     }

@@ -94,13 +94,14 @@ Aggregate aggregate(const Layout& layout, const Records& results,
                     const std::vector<Expected>& expected = {});
 
 // The figure at (section id, row labels joined by ' ', column), or null.
-const Figure* find_figure(const Aggregate& a, const std::string& section,
-                          const std::string& row, const std::string& column);
+const Figure* find_figure(const Aggregate& aggregate,
+                          const std::string& section, const std::string& row,
+                          const std::string& column);
 
 // render.cpp
-std::string to_markdown(const Aggregate& a);
+std::string to_markdown(const Aggregate& aggregate);
 // Header: section,row,column,n,measured_min,measured_max,paper_min,
 // paper_max,paper (numbers at full precision, empty when absent).
-std::string to_csv(const Aggregate& a);
+std::string to_csv(const Aggregate& aggregate);
 
 }  // namespace report

@@ -29,26 +29,26 @@ std::string predicted(const std::string& opt) {
                                    : std::string("–");
 }
 
-bool verdict_as_predicted(const Verdict& v) {
-  return optim::has_optimizer(v.opt) &&
-         as_predicted(v, optim::find_optimizer(v.opt).predicted);
+bool verdict_as_predicted(const Verdict& verdict) {
+  return optim::has_optimizer(verdict.opt) &&
+         as_predicted(verdict, optim::find_optimizer(verdict.opt).predicted);
 }
 
 // One zoo row: the verdict's labels and the figures it rests on.
-Section::Row zoo_row(const Verdict& v) {
+Section::Row zoo_row(const Verdict& verdict) {
   Section::Row row;
-  row.labels = {v.opt, predicted(v.opt), verdict_label(v),
-                verdict_as_predicted(v) ? "yes" : "NO"};
-  row.figures = {value(v.gauge_step1, 1, Unit::kDrift),
-                 value(v.noise_step1, 1, Unit::kDrift),
-                 value(v.onset_ratio_step1, 1, Unit::kRatio),
-                 value(double(v.onset_step), 1, Unit::kStep),
-                 value(v.onset_ratio, 1, Unit::kRatio),
-                 value(v.early_ratio, 1, Unit::kRatio),
-                 value(v.gauge_final, 1, Unit::kDrift),
-                 value(v.noise_final, 1, Unit::kDrift),
-                 value(v.track_decades, 1, Unit::kDecades),
-                 value(v.identity_max, 1, Unit::kDrift)};
+  row.labels = {verdict.opt, predicted(verdict.opt), verdict_label(verdict),
+                verdict_as_predicted(verdict) ? "yes" : "NO"};
+  row.figures = {value(verdict.gauge_step1, 1, Unit::kDrift),
+                 value(verdict.noise_step1, 1, Unit::kDrift),
+                 value(verdict.onset_ratio_step1, 1, Unit::kRatio),
+                 value(double(verdict.onset_step), 1, Unit::kStep),
+                 value(verdict.onset_ratio, 1, Unit::kRatio),
+                 value(verdict.early_ratio, 1, Unit::kRatio),
+                 value(verdict.gauge_final, 1, Unit::kDrift),
+                 value(verdict.noise_final, 1, Unit::kDrift),
+                 value(verdict.track_decades, 1, Unit::kDecades),
+                 value(verdict.identity_max, 1, Unit::kDrift)};
   return row;
 }
 

@@ -12,10 +12,11 @@ using twins::TwinKind;
 // ===========================================================================
 // Reading figures off PairResults
 
-Figure range_of(const std::vector<double>& values, Unit unit, PaperValue p) {
+Figure range_of(const std::vector<double>& values, Unit unit,
+                PaperValue paper) {
   Figure f;
   f.unit = unit;
-  f.paper = std::move(p);
+  f.paper = std::move(paper);
   for (double v : values) {
     if (!std::isfinite(v)) {
       continue;
@@ -27,16 +28,16 @@ Figure range_of(const std::vector<double>& values, Unit unit, PaperValue p) {
   return f;
 }
 
-Figure max_of(const std::vector<double>& values, Unit unit, PaperValue p) {
-  Figure f = range_of(values, unit, std::move(p));
+Figure max_of(const std::vector<double>& values, Unit unit, PaperValue paper) {
+  Figure f = range_of(values, unit, std::move(paper));
   f.lo = f.hi;
   return f;
 }
 
-Figure value(double v, int n, Unit unit, PaperValue p) {
+Figure value(double v, int n, Unit unit, PaperValue paper) {
   Figure f;
   f.unit = unit;
-  f.paper = std::move(p);
+  f.paper = std::move(paper);
   if (std::isfinite(v) && n > 0) {
     f.lo = f.hi = v;
     f.n = n;
@@ -44,10 +45,10 @@ Figure value(double v, int n, Unit unit, PaperValue p) {
   return f;
 }
 
-Figure largest_anywhere(const Results& rs, PaperValue p) {
+Figure largest_anywhere(const Results& rs, PaperValue paper) {
   Figure f;
   f.unit = Unit::kDrift;
-  f.paper = std::move(p);
+  f.paper = std::move(paper);
   for (const auto* r : rs) {
     const double v = twins::largest_drift(*r);  // NaN stays visible
     f.lo = f.hi = f.n == 0 || std::isnan(v) ? v : std::max(f.hi, v);
@@ -178,10 +179,11 @@ std::string display_name(const std::string& opt) {
   return opt;
 }
 
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
+std::string join(const std::vector<std::string>& parts,
+                 const std::string& sep) {
   std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    out += (i ? sep : "") + v[i];
+  for (size_t i = 0; i < parts.size(); ++i) {
+    out += (i ? sep : "") + parts[i];
   }
   return out;
 }

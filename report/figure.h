@@ -40,14 +40,15 @@ using Results = std::vector<const twins::PairResult*>;
 
 // The min–max of the finite values; n counts them.
 Figure range_of(const std::vector<double>& values, Unit unit,
-                PaperValue p = {});
+                PaperValue paper = {});
 // The largest finite value (lo == hi); n counts the finite values.
-Figure max_of(const std::vector<double>& values, Unit unit, PaperValue p = {});
+Figure max_of(const std::vector<double>& values, Unit unit,
+              PaperValue paper = {});
 // `v` from `n` pairs; not measured when v is not finite or n is 0.
-Figure value(double v, int n, Unit unit, PaperValue p = {});
+Figure value(double v, int n, Unit unit, PaperValue paper = {});
 // The largest |drift| over every checkpoint of the pairs (the identity
 // twin's check); NaN stays visible, n counts pairs.
-Figure largest_anywhere(const Results& rs, PaperValue p);
+Figure largest_anywhere(const Results& rs, PaperValue paper);
 
 // The pairs of `opt` and `twin` (and noise `scale`, for noise twins).
 Results pick(const std::vector<twins::PairResult>& all, const std::string& opt,
@@ -66,6 +67,6 @@ std::vector<double> accuracy_gaps(const Results& rs);
 std::string display_name(const std::string& opt);
 
 // The elements of `v` with `sep` between them.
-std::string join(const std::vector<std::string>& v, const std::string& sep);
+std::string join(const std::vector<std::string>& parts, const std::string& sep);
 
 }  // namespace report

@@ -31,18 +31,18 @@ void draw_figures(const std::vector<twins::PairResult>& results,
   say_drawn(kDriftPlot, kDriftPlot.draw(results, out, title));
 }
 
-void write_outputs(const Aggregate& a,
+void write_outputs(const Aggregate& aggregate,
                    const std::vector<twins::PairResult>& results,
                    const std::string& stem, bool plot,
                    const std::string& title) {
-  const std::string md = to_markdown(a);
+  const std::string md = to_markdown(aggregate);
   fmt::print("{}\n", md);
   twins::write_text_atomically(stem + ".md", md);
-  twins::write_text_atomically(stem + ".csv", to_csv(a));
+  twins::write_text_atomically(stem + ".csv", to_csv(aggregate));
   fmt::print("tables: {}.md, {}.csv\n", stem, stem);
   if (!plot || results.empty())
     return;
-  for (const Plot* p : a.layout.plots) {
+  for (const Plot* p : aggregate.layout.plots) {
     say_drawn(*p, p->draw(results, stem + p->suffix, title));
   }
 }

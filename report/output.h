@@ -15,7 +15,7 @@ namespace report {
 // layout (report/layouts.cpp): <stem>.svg (Figure 2) and <stem>-qk.svg,
 // plus <stem>-dial.svg for the dial; for head merging only
 // <stem>-merge.svg. A missing gnuplot is one line on stderr.
-void write_outputs(const Aggregate& a,
+void write_outputs(const Aggregate& aggregate,
                    const std::vector<twins::PairResult>& results,
                    const std::string& stem, bool plot,
                    const std::string& title);

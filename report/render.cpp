@@ -75,26 +75,26 @@ std::string markdown_section(const Section& s) {
 
 }  // namespace
 
-std::string to_markdown(const Aggregate& a) {
-  std::string out = fmt::format("# {}\n\n", a.title);
-  for (const auto& n : a.notes) {
+std::string to_markdown(const Aggregate& aggregate) {
+  std::string out = fmt::format("# {}\n\n", aggregate.title);
+  for (const auto& n : aggregate.notes) {
     out += fmt::format("- {}\n", n);
   }
-  if (!a.notes.empty()) {
+  if (!aggregate.notes.empty()) {
     out += "\n";
   }
-  for (const auto& s : a.sections) {
+  for (const auto& s : aggregate.sections) {
     out += markdown_section(s);
   }
-  out += "## All pairs\n\n```\n" + a.pairs_table + "```\n";
+  out += "## All pairs\n\n```\n" + aggregate.pairs_table + "```\n";
   return out;
 }
 
-std::string to_csv(const Aggregate& a) {
+std::string to_csv(const Aggregate& aggregate) {
   std::string out =
       "section,row,column,n,measured_min,measured_max,paper_min,paper_max,"
       "paper\n";
-  for (const auto& s : a.sections) {
+  for (const auto& s : aggregate.sections) {
     for (const auto& r : s.rows) {
       for (size_t c = 0; c < s.columns.size(); ++c) {
         const Figure& f = r.figures[c];

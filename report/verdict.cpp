@@ -39,10 +39,10 @@ std::string format_ratio(double v) {
   return v >= 10 ? fmt::format("{:.0f}x", v) : fmt::format("{:.2g}x", v);
 }
 
-std::string verdict_label(const Verdict& v) {
-  switch (v.verdict) {
+std::string verdict_label(const Verdict& verdict) {
+  switch (verdict.verdict) {
     case VerdictClass::kEquivariant:
-      return v.chaotic ? "equivariant (chaotic)" : "equivariant";
+      return verdict.chaotic ? "equivariant (chaotic)" : "equivariant";
     case VerdictClass::kBasisDependent:
       return "basis-dependent";
     case VerdictClass::kInvalid:
@@ -53,10 +53,10 @@ std::string verdict_label(const Verdict& v) {
   return "?";
 }
 
-bool as_predicted(const Verdict& v, optim::Equivariance predicted) {
-  return (v.verdict == VerdictClass::kEquivariant &&
+bool as_predicted(const Verdict& verdict, optim::Equivariance predicted) {
+  return (verdict.verdict == VerdictClass::kEquivariant &&
           predicted == optim::Equivariance::kEquivariant) ||
-         (v.verdict == VerdictClass::kBasisDependent &&
+         (verdict.verdict == VerdictClass::kBasisDependent &&
           predicted == optim::Equivariance::kBasisDependent);
 }
 
@@ -115,17 +115,17 @@ Four sort_twins(const std::vector<PairResult>& records) {
 
 // The largest gauge / noise-1e-5 ratio at checkpoints 1..kEarlyLastStep
 // into v.early_ratio, and where into v.early_step.
-void measure_early_ratio(const Four& f, Verdict& v) {
-  v.early_ratio = kNaN;
+void measure_early_ratio(const Four& f, Verdict& verdict) {
+  verdict.early_ratio = kNaN;
   for (const auto& c : f.gauge->curve) {
     if (c.step < 1 || c.step > kEarlyLastStep)
       continue;
     const double ratio = c.logit_drift / twins::drift_at(*f.onset, c.step);
     if (std::isnan(ratio))
       continue;
-    if (std::isnan(v.early_ratio) || ratio > v.early_ratio) {
-      v.early_ratio = ratio;
-      v.early_step = c.step;
+    if (std::isnan(verdict.early_ratio) || ratio > verdict.early_ratio) {
+      verdict.early_ratio = ratio;
+      verdict.early_step = c.step;
     }
   }
 }
@@ -161,20 +161,20 @@ Verdict measure(const Four& f) {
 }
 
 // The rules of report/verdict.h, in order, on the measured figures.
-void classify(Verdict& v) {
+void classify(Verdict& verdict) {
   // A NaN identity drift is an identity twin that diverged: a cause for
   // "undetermined", not evidence of nondeterminism.
-  if (!std::isnan(v.identity_max) && v.identity_max != 0) {
-    v.verdict = VerdictClass::kInvalid;
-  } else if (std::isnan(v.identity_max) || v.onset_step < 0 ||
-             std::isnan(v.onset_ratio)) {
-    v.verdict = VerdictClass::kUndetermined;
-  } else if (v.early_ratio > kOnsetRatioThreshold) {
-    v.verdict = VerdictClass::kBasisDependent;
+  if (!std::isnan(verdict.identity_max) && verdict.identity_max != 0) {
+    verdict.verdict = VerdictClass::kInvalid;
+  } else if (std::isnan(verdict.identity_max) || verdict.onset_step < 0 ||
+             std::isnan(verdict.onset_ratio)) {
+    verdict.verdict = VerdictClass::kUndetermined;
+  } else if (verdict.early_ratio > kOnsetRatioThreshold) {
+    verdict.verdict = VerdictClass::kBasisDependent;
   } else {
-    v.verdict = VerdictClass::kEquivariant;
-    v.chaotic = v.gauge_final > kChaoticFinalDrift &&
-                v.track_decades <= kChaoticTrackDecades;
+    verdict.verdict = VerdictClass::kEquivariant;
+    verdict.chaotic = verdict.gauge_final > kChaoticFinalDrift &&
+                      verdict.track_decades <= kChaoticTrackDecades;
   }
 }
 
@@ -208,19 +208,20 @@ std::vector<Verdict> judge_all(
   return out;
 }
 
-std::string format_verdict_line(const Verdict& v) {
+std::string format_verdict_line(const Verdict& verdict) {
   std::string line = fmt::format(
       "{:<13} {:<26} onset {:>6} at step {} (gauge {} / noise1e-5 {}); "
       "largest ratio to step {}: {}; final: gauge {}, noise1e-7 {}, {} dec "
       "apart past step {}; identity {}",
-      v.opt, verdict_label(v), format_ratio(v.onset_ratio), v.onset_step,
-      twins::format_drift(v.gauge_onset), twins::format_drift(v.noise_onset),
-      kEarlyLastStep, format_ratio(v.early_ratio),
-      twins::format_drift(v.gauge_final), twins::format_drift(v.noise_final),
-      decades(v.track_decades), kChaoticPastStep,
-      twins::format_drift(v.identity_max));
-  if (!v.note.empty())
-    line += " [" + v.note + "]";
+      verdict.opt, verdict_label(verdict), format_ratio(verdict.onset_ratio),
+      verdict.onset_step, twins::format_drift(verdict.gauge_onset),
+      twins::format_drift(verdict.noise_onset), kEarlyLastStep,
+      format_ratio(verdict.early_ratio),
+      twins::format_drift(verdict.gauge_final),
+      twins::format_drift(verdict.noise_final), decades(verdict.track_decades),
+      kChaoticPastStep, twins::format_drift(verdict.identity_max));
+  if (!verdict.note.empty())
+    line += " [" + verdict.note + "]";
   return line;
 }
 

@@ -65,11 +65,11 @@ struct Verdict {
 
 // "equivariant", "equivariant (chaotic)", "basis-dependent",
 // "invalid (nondeterministic)", "undetermined (diverged)".
-std::string verdict_label(const Verdict& v);
+std::string verdict_label(const Verdict& verdict);
 
 // Whether the measured class is the predicted one (a chaotic equivariant
 // verdict is equivariant).
-bool as_predicted(const Verdict& v, optim::Equivariance predicted);
+bool as_predicted(const Verdict& verdict, optim::Equivariance predicted);
 
 // The rules above on the four records of one optimizer (any order). Throws
 // when a twin is missing or present twice.
@@ -83,7 +83,7 @@ std::vector<Verdict> judge_all(
     std::vector<std::pair<std::string, size_t>>* pending = nullptr);
 
 // One line: name, verdict, the figures it rests on.
-std::string format_verdict_line(const Verdict& v);
+std::string format_verdict_line(const Verdict& verdict);
 
 // "238x", "0.014x", "inf", "nan".
 std::string format_ratio(double v);

@@ -88,19 +88,20 @@ void Progress::step(size_t slot, int64_t t) {
   }
 }
 
-void Progress::end(size_t slot, const twins::PairResult& res) {
+void Progress::end(size_t slot, const twins::PairResult& result) {
   if (quiet_)
     return;
   std::lock_guard<std::mutex> lock(mutex_);
   ++done_;
   const double last =
-      res.curve.empty() ? std::nan("") : res.curve.back().logit_drift;
+      result.curve.empty() ? std::nan("") : result.curve.back().logit_drift;
   line(fmt::format(
       "group {}/{} {}: {} in {:.1f} s, drift step 1 {}, last {} "
       "({} of {} pairs done)",
-      slots_[slot].group + 1, groups_, twins::pair_label(res.spec),
-      res.ok() ? "done" : fmt::format("DIVERGED at step {}", res.diverged_step),
-      res.wall_s, twins::format_drift(twins::drift_at(res, 1)),
+      slots_[slot].group + 1, groups_, twins::pair_label(result.spec),
+      result.ok() ? "done"
+                  : fmt::format("DIVERGED at step {}", result.diverged_step),
+      result.wall_s, twins::format_drift(twins::drift_at(result, 1)),
       twins::format_drift(last), done_, pairs_));
 }
 

@@ -21,7 +21,7 @@ class Progress {
   Progress(size_t pairs, size_t groups, bool quiet, std::FILE* out = stderr);
   void begin(size_t slot, size_t group, const std::vector<twins::PairSpec>&);
   void step(size_t slot, int64_t t);
-  void end(size_t slot, const twins::PairResult& r);
+  void end(size_t slot, const twins::PairResult& result);
   void finish_group(size_t slot);
 
  private:

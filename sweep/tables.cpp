@@ -243,18 +243,18 @@ std::string paper_protocol(const Config& c, const std::string& dtype) {
 }
 
 // The request of table `c`'s configuration with `o` applied.
-PlanRequest base_request(const Config& c, const TableOverrides& o) {
+PlanRequest base_request(const Config& c, const TableOverrides& overrides) {
   PlanRequest base;
   base.task = c.model.task;
   base.depth = c.model.depth;
   base.d_model = c.model.d_model;
   base.heads = c.model.heads;
-  base.steps = o.steps != 0 ? o.steps : paper_steps(c);
-  base.stop_after = o.stop_after;
-  base.dtype = !o.dtype.empty() ? o.dtype : c.model.dtype;
-  base.protocol =
-      !o.protocol.empty() ? o.protocol : paper_protocol(c, base.dtype);
-  base.device = !o.device.empty() ? o.device : "cpu";
+  base.steps = overrides.steps != 0 ? overrides.steps : paper_steps(c);
+  base.stop_after = overrides.stop_after;
+  base.dtype = !overrides.dtype.empty() ? overrides.dtype : c.model.dtype;
+  base.protocol = !overrides.protocol.empty() ? overrides.protocol
+                                              : paper_protocol(c, base.dtype);
+  base.device = !overrides.device.empty() ? overrides.device : "cpu";
   return base;
 }
 
@@ -306,9 +306,9 @@ std::vector<std::string> table_names() {
   return out;
 }
 
-Table make_table(const std::string& name, const TableOverrides& o) {
+Table make_table(const std::string& name, const TableOverrides& overrides) {
   const Config& c = find_config(name);
-  const PlanRequest base = base_request(c, o);
+  const PlanRequest base = base_request(c, overrides);
   Table t;
   t.name = c.name;
   t.layout = c.layout;
@@ -338,18 +338,19 @@ TableOverrides overrides_of(const std::string& name, const PairSpec& spec) {
   return o;
 }
 
-std::string config_name(const std::string& name, const TableOverrides& o) {
+std::string config_name(const std::string& name,
+                        const TableOverrides& overrides) {
   std::string out = name;
-  if (o.steps != 0)
-    out += fmt::format("-steps{}", o.steps);
-  if (o.stop_after != 0)
-    out += fmt::format("-stop{}", o.stop_after);
-  if (!o.protocol.empty())
-    out += "-" + o.protocol;
-  if (!o.dtype.empty())
-    out += "-" + o.dtype;
-  if (!o.device.empty() && o.device != "cpu") {
-    std::string d = o.device;
+  if (overrides.steps != 0)
+    out += fmt::format("-steps{}", overrides.steps);
+  if (overrides.stop_after != 0)
+    out += fmt::format("-stop{}", overrides.stop_after);
+  if (!overrides.protocol.empty())
+    out += "-" + overrides.protocol;
+  if (!overrides.dtype.empty())
+    out += "-" + overrides.dtype;
+  if (!overrides.device.empty() && overrides.device != "cpu") {
+    std::string d = overrides.device;
     for (char& c : d) {
       if (c == ':')
         c = '_';

@@ -49,7 +49,8 @@ Table make_table(const std::string& name, const TableOverrides& overrides = {});
 // (the overrides that differ from the paper's). The default results file
 // of `twin-run table` and the merged aggregate of its shards are named
 // after it, so different configurations never share a file.
-std::string config_name(const std::string& name, const TableOverrides& o);
+std::string config_name(const std::string& name,
+                        const TableOverrides& overrides);
 
 // The overrides that reproduce `spec`'s steps / stop / protocol / device /
 // dtype against

@@ -1,7 +1,11 @@
-// Small shared fixtures for the tests: a tiny mod-p model and its task.
+// Small shared fixtures for the tests: a tiny mod-p model and its task, and
+// the check that misuse is refused naming the value.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <string>
 
 #include "data/modular.h"
 #include "model/transformer.h"
@@ -39,6 +43,19 @@ inline twins::PairSpec tiny_spec(const std::string& opt, twins::TwinKind kind,
   s.mlp = 64;
   s.twin_seed = kind == twins::TwinKind::kNoise ? 888 : 777;
   return s;
+}
+
+// Runs `f` and expects a one-line error (c10::Error) whose message, without
+// its backtrace, names `value`.
+template <class F>
+void expect_throw_naming(F&& f, const std::string& value) {
+  try {
+    f();
+    FAIL() << "no exception; expected one naming " << value;
+  } catch (const c10::Error& e) {
+    const std::string message = e.what_without_backtrace();
+    EXPECT_NE(message.find(value), std::string::npos) << message;
+  }
 }
 
 }  // namespace testing_helpers

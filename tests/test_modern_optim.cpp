@@ -33,6 +33,7 @@
 namespace {
 
 using optim::Equivariance;
+using testing_helpers::expect_throw_naming;
 
 torch::Tensor randn64(std::vector<int64_t> shape, uint64_t seed) {
   torch::manual_seed(seed);
@@ -652,17 +653,6 @@ TEST(ModernRegistry, EveryEntrysHyperparametersAreNamedOnceAndFinite) {
   const auto h = optim::SoapOptions().hparams();
   EXPECT_EQ(h[2].first, "shampoo_beta");
   EXPECT_EQ(h[2].second, 0.95);
-}
-
-template <class F>
-void expect_throw_naming(F&& f, const std::string& value) {
-  try {
-    f();
-    FAIL() << "no exception; expected one naming " << value;
-  } catch (const c10::Error& e) {
-    const std::string msg = e.what_without_backtrace();
-    EXPECT_NE(msg.find(value), std::string::npos) << msg;
-  }
 }
 
 TEST(ModernRegistry, InvalidOptionsThrowNamingTheValue) {

@@ -28,6 +28,8 @@
 
 namespace {
 
+using testing_helpers::expect_throw_naming;
+
 torch::Tensor randn64(std::vector<int64_t> shape, uint64_t seed) {
   torch::manual_seed(seed);
   return torch::randn(shape, torch::kDouble);
@@ -174,16 +176,6 @@ TEST(Muon, MatricesTakeNewtonSchulzOfMomentumOthersTakeAdam) {
 }
 
 // Invalid options throw with the offending value in the message.
-template <class F>
-void expect_throw_naming(F&& f, const std::string& value) {
-  try {
-    f();
-    FAIL() << "no exception; expected one naming " << value;
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(value), std::string::npos) << e.what();
-  }
-}
-
 TEST(OptimizerOptions, InvalidValuesThrowNamingTheValue) {
   auto p = torch::zeros({2, 2}, torch::kDouble).requires_grad_();
   expect_throw_naming(

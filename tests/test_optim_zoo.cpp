@@ -65,6 +65,7 @@ const bool kPlainGdRegistered =
 
 namespace {
 
+using testing_helpers::expect_throw_naming;
 using testing_helpers::tiny_spec;
 using twins::TwinKind;
 
@@ -445,17 +446,6 @@ TEST(ZooRegistry, AdamPNamesParseAndResolve) {
 }
 
 // Misuse throws a one-line message naming the value.
-template <class F>
-void expect_throw_naming(F&& f, const std::string& value) {
-  try {
-    f();
-    FAIL() << "no exception; expected one naming " << value;
-  } catch (const c10::Error& e) {
-    const std::string msg = e.what_without_backtrace();
-    EXPECT_NE(msg.find(value), std::string::npos) << msg;
-  }
-}
-
 TEST(ZooRegistry, BadNamesAndExponentsThrowNamingThem) {
   expect_throw_naming([] { optim::find_optimizer("adam-px"); }, "'adam-px'");
   expect_throw_naming([] { optim::find_optimizer("adam-p0.5.1"); },

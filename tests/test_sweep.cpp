@@ -631,7 +631,12 @@ TEST(Memory, ACgroupLimitIsTheJobsMemory) {
   // A path climbing out of the root reads nothing outside it.
   limit("..", "memory.max", "12345");
   EXPECT_EQ(sweep::cgroup_memory_limit_bytes("0::/../..\n", root.string()), 0);
-  // The refusal names the budget and where it comes from.
+  fs::remove_all(top);
+}
+
+// The refusal names the budget and where it comes from; this process's
+// budget is some memory, never more than the machine's.
+TEST(Memory, TheRefusalNamesTheBudgetAndItsSource) {
   const auto pairs = sweep::expand([] {
     sweep::PlanRequest r;
     r.task = "charlm";
@@ -657,7 +662,6 @@ TEST(Memory, ACgroupLimitIsTheJobsMemory) {
       << by_machine;
   EXPECT_EQ(refusal(1e15, true), "");  // fits
   EXPECT_EQ(refusal(0, true), "");     // unknown: not checked
-  // This process: some memory, never more than the machine's.
   const double physical =
       double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
   bool capped = true;
@@ -665,7 +669,6 @@ TEST(Memory, ACgroupLimitIsTheJobsMemory) {
   EXPECT_GT(mine, 0);
   EXPECT_LE(mine, physical);
   EXPECT_EQ(capped, mine < physical);
-  fs::remove_all(top);
 }
 
 TEST(Shards, MergedShardsAggregateLikeOneRun) {

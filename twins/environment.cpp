@@ -141,12 +141,12 @@ NumericEnv compute(const std::string& device) {
   return env;
 }
 
-std::string text(const nlohmann::json& j, const char* name) {
-  if (!j.contains(name))
+std::string text(const nlohmann::json& object, const char* name) {
+  if (!object.contains(name))
     return kUnknownEnvironment;
-  TORCH_CHECK(j[name].is_string(), "field 'numeric_env.", name,
+  TORCH_CHECK(object[name].is_string(), "field 'numeric_env.", name,
               "' is not a string");
-  return j[name].get<std::string>();
+  return object[name].get<std::string>();
 }
 
 bool equals(const char* var, const char* want) {
@@ -160,9 +160,10 @@ bool NumericEnv::known() const {
   return !(*this == NumericEnv{});
 }
 
-bool NumericEnv::operator==(const NumericEnv& o) const {
-  return torch == o.torch && blas == o.blas && blas_core == o.blas_core &&
-         cpu_capability == o.cpu_capability && device == o.device;
+bool NumericEnv::operator==(const NumericEnv& other) const {
+  return torch == other.torch && blas == other.blas &&
+         blas_core == other.blas_core &&
+         cpu_capability == other.cpu_capability && device == other.device;
 }
 
 const NumericEnv& numeric_env(const std::string& device) {
@@ -183,22 +184,23 @@ nlohmann::json to_json(const NumericEnv& env) {
           {"device", env.device}};
 }
 
-NumericEnv numeric_env_from_json(const nlohmann::json& j) {
-  TORCH_CHECK(j.is_object(), "field 'numeric_env' is not an object");
+NumericEnv numeric_env_from_json(const nlohmann::json& object) {
+  TORCH_CHECK(object.is_object(), "field 'numeric_env' is not an object");
   NumericEnv env;
-  env.torch = text(j, "torch");
-  env.blas = text(j, "blas");
-  env.blas_core = text(j, "blas_core");
-  env.cpu_capability = text(j, "cpu_capability");
-  env.device = text(j, "device");
+  env.torch = text(object, "torch");
+  env.blas = text(object, "blas");
+  env.blas_core = text(object, "blas_core");
+  env.cpu_capability = text(object, "cpu_capability");
+  env.device = text(object, "device");
   return env;
 }
 
-std::string environment_difference(const NumericEnv& a, const NumericEnv& b) {
-  if (!a.known() || !b.known())
+std::string environment_difference(const NumericEnv& first,
+                                   const NumericEnv& second) {
+  if (!first.known() || !second.known())
     return "";
-  const bool gpus = a.device.rfind("cuda", 0) == 0 &&
-                    b.device.rfind("cuda", 0) == 0;
+  const bool gpus =
+      first.device.rfind("cuda", 0) == 0 && second.device.rfind("cuda", 0) == 0;
   const std::pair<const char*, const std::string NumericEnv::*> parts[] = {
       {"torch", &NumericEnv::torch},
       {"blas", &NumericEnv::blas},
@@ -209,9 +211,9 @@ std::string environment_difference(const NumericEnv& a, const NumericEnv& b) {
   for (const auto& [name, part] : parts) {
     if (part == &NumericEnv::device && !gpus)
       continue;
-    if (a.*part != b.*part) {
-      out += (out.empty() ? "" : ", ") + std::string(name) + " " + a.*part +
-             " vs " + b.*part;
+    if (first.*part != second.*part) {
+      out += (out.empty() ? "" : ", ") + std::string(name) + " " + first.*part +
+             " vs " + second.*part;
     }
   }
   return out;

@@ -25,7 +25,7 @@ struct NumericEnv {
 
   // False for a record without the field: it matches any environment.
   bool known() const;
-  bool operator==(const NumericEnv& o) const;
+  bool operator==(const NumericEnv& other) const;
 };
 
 // This process's environment for pairs on `device` ("cpu", "cuda",
@@ -35,14 +35,15 @@ const NumericEnv& numeric_env(const std::string& device);
 nlohmann::json to_json(const NumericEnv& env);
 // Back from a record's "numeric_env" object; throws naming a field that is
 // not a string. A missing field stays "unknown".
-NumericEnv numeric_env_from_json(const nlohmann::json& j);
+NumericEnv numeric_env_from_json(const nlohmann::json& object);
 
 // How `a` differs from `b` in what decides the bits, in words
 // ("blas_core Haswell vs Sandybridge"), or empty when it does not (or
 // either is unknown). The CPU's model name is not compared: on a CPU the
 // kernels are those of blas_core and cpu_capability, which
 // --portable-kernels pins; a GPU's name is compared between CUDA devices.
-std::string environment_difference(const NumericEnv& a, const NumericEnv& b);
+std::string environment_difference(const NumericEnv& first,
+                                   const NumericEnv& second);
 
 // --portable-kernels (or TWINS_PORTABLE=1): the kernels every AVX2 machine
 // can run, pinned before OpenBLAS and ATen choose theirs.

@@ -22,18 +22,18 @@ std::vector<std::vector<torch::Tensor>> gauge_matrices(
 // Left-multiplies rows h*hd..(h+1)*hd of W_Q and of W_K of every layer by
 // A[layer][head] (cast to the model's dtype and device). In place, under
 // NoGradGuard, so parameter identity is preserved.
-void rotate_heads(model::Transformer& m,
+void rotate_heads(model::Transformer& model,
                   const std::vector<std::vector<torch::Tensor>>& A);
 
 // W_Q then W_K of every layer += N(0, 1) * scale: the Gaussian drawn in
 // `draw` from a CPU generator seeded with `seed`, cast to the model's dtype,
 // then scaled.
-void add_qk_noise(model::Transformer& m, uint64_t seed, double scale,
+void add_qk_noise(model::Transformer& model, uint64_t seed, double scale,
                   torch::Dtype draw = torch::kDouble);
 
 // Makes copy 2 of a pair: gauge (seeded A_h), identity (A_h = I, the same
 // code path) or noise.
-void apply_twin(model::Transformer& m, TwinKind kind, uint64_t seed,
+void apply_twin(model::Transformer& model, TwinKind kind, uint64_t seed,
                 double noise_scale, torch::Dtype draw = torch::kDouble);
 
 }  // namespace twins

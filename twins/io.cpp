@@ -166,15 +166,15 @@ std::string resolved_path(const std::string& path) {
   return (ec ? abs : resolved).lexically_normal().string();
 }
 
-bool same_file(const std::string& a, const std::string& b) {
+bool same_file(const std::string& first, const std::string& second) {
   struct stat sa {}, sb {};
-  const bool ea = ::stat(a.c_str(), &sa) == 0;
-  const bool eb = ::stat(b.c_str(), &sb) == 0;
+  const bool ea = ::stat(first.c_str(), &sa) == 0;
+  const bool eb = ::stat(second.c_str(), &sb) == 0;
   if (ea && eb)
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
   if (ea != eb)
     return false;
-  return resolved_path(a) == resolved_path(b);
+  return resolved_path(first) == resolved_path(second);
 }
 
 std::string read_file(const std::string& path, const std::string& what) {
@@ -277,9 +277,9 @@ std::string summary_stem(const std::string& results) {
                                                    : results;
 }
 
-std::string shell_quoted(const std::string& s) {
+std::string shell_quoted(const std::string& text) {
   std::string out = "'";
-  for (char c : s) {
+  for (char c : text) {
     if (c == '\'') {
       out += "'\\''";
     } else {

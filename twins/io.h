@@ -57,7 +57,7 @@ void check_output_directory(const std::string& dir, const std::string& what);
 // Whether `a` and `b` name the same file: the same inode when both exist,
 // else the same absolute path once the existing part of each is resolved
 // (symbolic links, "." and ".."): "./r.jsonl" and "r.jsonl" are one file.
-bool same_file(const std::string& a, const std::string& b);
+bool same_file(const std::string& first, const std::string& second);
 
 // `path` absolute, its existing part resolved as same_file resolves it.
 std::string resolved_path(const std::string& path);
@@ -77,7 +77,7 @@ std::string summary_stem(const std::string& results);
 
 // `s` in single quotes for /bin/sh, any single quote escaped: safe for any
 // path a user may pass.
-std::string shell_quoted(const std::string& s);
+std::string shell_quoted(const std::string& text);
 
 // A path that does not exist yet: <dir>/<stem>-YYYYmmdd-HHMMSS[-N]<ext>.
 std::string fresh_path(const std::string& dir, const std::string& stem,

@@ -42,18 +42,20 @@ bool symmetric_psd(const torch::Tensor& M) {
 }
 
 // [W_Q,h | W_K,h] of one head: (hd, 2d) in float64 on the CPU.
-torch::Tensor stacked_head(const model::Transformer& m, int64_t layer,
+torch::Tensor stacked_head(const model::Transformer& model, int64_t layer,
                            int64_t head) {
-  return torch::cat({m->query_block(layer, head), m->key_block(layer, head)}, 1)
+  return torch::cat(
+             {model->query_block(layer, head), model->key_block(layer, head)},
+             1)
       .to(torch::kCPU, torch::kDouble);
 }
 
 // A fresh model of m's shape, dtype and device; its weights are overwritten
 // by the caller. model::build serialises on the global generator, so pairs
 // built on other threads meanwhile keep their seed's weights.
-model::Transformer scratch_like(const model::Transformer& m) {
-  const torch::Tensor& p = m->tok_emb;
-  return model::build(m->config(), 0, p.scalar_type(), p.device());
+model::Transformer scratch_like(const model::Transformer& model) {
+  const torch::Tensor& p = model->tok_emb;
+  return model::build(model->config(), 0, p.scalar_type(), p.device());
 }
 
 }  // namespace
@@ -131,9 +133,9 @@ Alignment align_heads(const model::Transformer& m1,
   return a;
 }
 
-void apply_alignment(model::Transformer& m, const HeadMatrices& rotation) {
+void apply_alignment(model::Transformer& model, const HeadMatrices& rotation) {
   torch::NoGradGuard no_grad;
-  const auto& cfg = m->config();
+  const auto& cfg = model->config();
   TORCH_CHECK(static_cast<int64_t>(rotation.size()) == cfg.depth,
               "apply_alignment: ", rotation.size(), " layers of rotations for ",
               "depth ", cfg.depth);
@@ -142,7 +144,8 @@ void apply_alignment(model::Transformer& m, const HeadMatrices& rotation) {
                 "apply_alignment: ", rotation[l].size(), " rotations for ",
                 cfg.heads, " heads");
     for (int64_t h = 0; h < cfg.heads; ++h) {
-      for (torch::Tensor w : {m->query_block(l, h), m->key_block(l, h)}) {
+      for (torch::Tensor w :
+           {model->query_block(l, h), model->key_block(l, h)}) {
         const torch::Tensor R = rotation[l][h].to(w.device(), torch::kDouble);
         w.copy_(R.mm(w.to(torch::kDouble)).to(w.scalar_type()));
       }

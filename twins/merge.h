@@ -67,7 +67,7 @@ Alignment align_heads(const model::Transformer& m1,
 // W_Q,h <- R_h W_Q,h and W_K,h <- R_h W_K,h for every layer and head, in
 // place (computed in float64, cast back); nothing else changes. Apply it to
 // a copy of model 2.
-void apply_alignment(model::Transformer& m, const HeadMatrices& rotation);
+void apply_alignment(model::Transformer& model, const HeadMatrices& rotation);
 
 // The A_h of a gauge twin of `spec` (gauge_matrices with its twin seed);
 // empty for identity and noise twins.

@@ -47,11 +47,11 @@ std::vector<double> qk_drift_per_head(const model::Transformer& m1,
                              all.data_ptr<double>() + all.numel());
 }
 
-Evaluation evaluate(model::Transformer& m, const data::Task& task) {
+Evaluation evaluate(model::Transformer& model, const data::Task& task) {
   torch::NoGradGuard no_grad;
   const data::Batch& val = task.validation();
   Evaluation e;
-  e.logits = m->forward(val.x);
+  e.logits = model->forward(val.x);
   e.loss = model::cross_entropy(e.logits, val.y).item<double>();
   e.accuracy =
       e.logits.argmax(-1).eq(val.y).to(torch::kDouble).mean().item<double>();

@@ -40,7 +40,7 @@ struct Evaluation {
   double loss = 0;       // mean cross-entropy
   double accuracy = 0;   // argmax accuracy (per position for the char-LM)
 };
-Evaluation evaluate(model::Transformer& m, const data::Task& task);
+Evaluation evaluate(model::Transformer& model, const data::Task& task);
 
 // The checkpoint of two models from their evaluations (e1 of m1, e2 of
 // m2), neither evaluated again: copy 1 is evaluated once per checkpoint and

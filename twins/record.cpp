@@ -113,12 +113,12 @@ LossPath path_from(const json& j, const std::string& name) {
 
 }  // namespace
 
-json to_json(const MergePoint& p) {
-  const Alignment& a = p.alignment;
-  return {{"step", p.step},
-          {"lambda", numbers(p.lambdas)},
-          {"naive", path_json(p.naive)},
-          {"aligned", path_json(p.aligned)},
+json to_json(const MergePoint& point) {
+  const Alignment& a = point.alignment;
+  return {{"step", point.step},
+          {"lambda", numbers(point.lambdas)},
+          {"naive", path_json(point.naive)},
+          {"aligned", path_json(point.aligned)},
           {"residual_per_head", numbers(a.residual)},
           {"residual_mean", num(a.residual_mean)},
           {"residual_max", num(a.residual_max)},
@@ -127,8 +127,8 @@ json to_json(const MergePoint& p) {
           {"rotation_error_per_head", numbers(a.rotation_error)},
           {"rotation_error_mean", num(a.rotation_error_mean)},
           {"rotation_error_max", num(a.rotation_error_max)},
-          {"qk_drift_mean", num(p.qk_drift_mean)},
-          {"qk_drift_max", num(p.qk_drift_max)}};
+          {"qk_drift_mean", num(point.qk_drift_mean)},
+          {"qk_drift_max", num(point.qk_drift_max)}};
 }
 
 MergePoint merge_point_from_json(const json& j) {
@@ -261,12 +261,12 @@ PairSpec spec_from_json(const json& j) {
   return s;
 }
 
-json to_json(const PairResult& r) {
-  json j = spec_to_json(r.spec);
+json to_json(const PairResult& result) {
+  json j = spec_to_json(result.spec);
   j["schema"] = kRecordSchema;
-  j["key"] = r.spec.key();
+  j["key"] = result.spec.key();
   json curve = json::array();
-  for (const CurvePoint& c : r.curve) {
+  for (const CurvePoint& c : result.curve) {
     json p = {{"step", c.step},
               {"logit_drift", num(c.logit_drift)},
               {"qk_drift_mean", num(c.qk_drift_mean)},
@@ -278,26 +278,26 @@ json to_json(const PairResult& r) {
     curve.push_back(p);
   }
   j["curve"] = curve;
-  j["qk_drift_per_head"] = numbers(r.qk_per_head);
-  j["val_acc"] = pair_of(r.val_acc);
-  j["val_loss"] = pair_of(r.val_loss);
-  j["train_loss"] = pair_of(r.train_loss);
-  j["status"] = to_string(r.status);
+  j["qk_drift_per_head"] = numbers(result.qk_per_head);
+  j["val_acc"] = pair_of(result.val_acc);
+  j["val_loss"] = pair_of(result.val_loss);
+  j["train_loss"] = pair_of(result.train_loss);
+  j["status"] = to_string(result.status);
   j["diverged_step"] =
-      r.diverged_step > 0 ? json(r.diverged_step) : json(nullptr);
-  if (!r.merges.empty()) {
+      result.diverged_step > 0 ? json(result.diverged_step) : json(nullptr);
+  if (!result.merges.empty()) {
     json merges = json::array();
-    for (const auto& m : r.merges)
+    for (const auto& m : result.merges)
       merges.push_back(to_json(m));
     j["merge"] = merges;
   }
-  j["wall_s"] = r.wall_s;
-  j["group_pairs"] = r.group_pairs;
+  j["wall_s"] = result.wall_s;
+  j["group_pairs"] = result.group_pairs;
   const ThreadInfo t = thread_info();
   j["threads"] = {{"torch", t.torch_threads}, {"openblas", t.openblas_threads}};
-  j["torch_version"] = r.torch_version;
-  if (r.numeric_env.known())
-    j["numeric_env"] = to_json(r.numeric_env);
+  j["torch_version"] = result.torch_version;
+  if (result.numeric_env.known())
+    j["numeric_env"] = to_json(result.numeric_env);
   return j;
 }
 

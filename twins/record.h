@@ -10,12 +10,12 @@
 namespace twins {
 
 // Non-finite numbers (a diverged pair) are written as null.
-nlohmann::json to_json(const PairResult& r);
+nlohmann::json to_json(const PairResult& result);
 
 // The fields of a spec alone, as a record writes them (a saved model's
 // spec file uses the same).
 nlohmann::json spec_to_json(const PairSpec& spec);
-PairSpec spec_from_json(const nlohmann::json& j);
+PairSpec spec_from_json(const nlohmann::json& object);
 
 // A record back into a PairResult. Throws naming the first missing or
 // mistyped field. null numbers (non-finite when written) become NaN.
@@ -35,10 +35,10 @@ int record_schema(const nlohmann::json& record);
 //    "rotation_error_mean", "rotation_error_max" (null unless a gauge twin),
 //    "qk_drift_mean", "qk_drift_max"}
 // The rotations themselves are not part of the record.
-nlohmann::json to_json(const MergePoint& p);
+nlohmann::json to_json(const MergePoint& point);
 // Back from the record (null -> NaN); throws naming the first missing or
 // mistyped field.
-MergePoint merge_point_from_json(const nlohmann::json& j);
+MergePoint merge_point_from_json(const nlohmann::json& object);
 
 // A record without the fields that measure the run rather than the pair
 // (wall_s, threads, group_pairs): what "the same record however it was

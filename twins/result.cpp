@@ -36,37 +36,38 @@ PairStatus parse_pair_status(const std::string& text) {
   TORCH_CHECK(false, "Unknown pair status: '", text, "' (known: ok, diverged)");
 }
 
-double drift_at(const PairResult& r, int64_t step) {
-  for (const auto& c : r.curve) {
+double drift_at(const PairResult& result, int64_t step) {
+  for (const auto& c : result.curve) {
     if (c.step == step)
       return c.logit_drift;
   }
   return kNaN;
 }
 
-double final_drift(const PairResult& r) {
-  if (!r.ok() || r.curve.empty() || r.curve.back().step != r.spec.steps) {
+double final_drift(const PairResult& result) {
+  if (!result.ok() || result.curve.empty() ||
+      result.curve.back().step != result.spec.steps) {
     return kNaN;
   }
-  return r.curve.back().logit_drift;
+  return result.curve.back().logit_drift;
 }
 
-double final_qk_drift(const PairResult& r) {
-  return mean(r.qk_per_head);
+double final_qk_drift(const PairResult& result) {
+  return mean(result.qk_per_head);
 }
 
-double largest_drift(const PairResult& r) {
+double largest_drift(const PairResult& result) {
   double worst = 0;
   auto take = [&](double v) {
     if (std::isnan(worst))
       return;
     worst = std::isnan(v) ? v : std::max(worst, std::abs(v));
   };
-  for (const auto& c : r.curve) {
+  for (const auto& c : result.curve) {
     take(c.logit_drift);
     take(c.qk_drift_max);
   }
-  for (double v : r.qk_per_head)
+  for (double v : result.qk_per_head)
     take(v);
   return worst;
 }
@@ -96,11 +97,11 @@ double tracking(const PairResult& gauge, const PairResult& noise) {
   return d.empty() ? kNaN : *std::max_element(d.begin(), d.end());
 }
 
-int64_t first_moving_step(const PairResult& r) {
-  if (r.curve.empty() || r.curve.front().step != 0)
+int64_t first_moving_step(const PairResult& result) {
+  if (result.curve.empty() || result.curve.front().step != 0)
     return -1;
-  const double start = r.curve.front().val_loss[0];
-  for (const auto& c : r.curve) {
+  const double start = result.curve.front().val_loss[0];
+  for (const auto& c : result.curve) {
     if (c.step > 0 && c.val_loss[0] != start)
       return c.step;
   }

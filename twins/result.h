@@ -45,19 +45,19 @@ struct PairResult {
 };
 
 // The logit drift at checkpoint `step`; NaN when the curve has none.
-double drift_at(const PairResult& r, int64_t step);
+double drift_at(const PairResult& result, int64_t step);
 
 // The drift at the end of training (step spec.steps); NaN for a pair that
 // did not get there (diverged).
-double final_drift(const PairResult& r);
+double final_drift(const PairResult& result);
 
 // The mean over heads of the final QK drift.
-double final_qk_drift(const PairResult& r);
+double final_qk_drift(const PairResult& result);
 
 // The largest |drift| anywhere in the record: logit and QK drift at every
 // checkpoint and the final per-head QK drift. A NaN is returned as NaN (it
 // counts as non-zero). What an identity twin must keep at exactly 0.
-double largest_drift(const PairResult& r);
+double largest_drift(const PairResult& result);
 
 // |log10((gauge + floor) / (noise + floor))| at every checkpoint from step
 // `from` on that both curves have with finite drifts: how far a gauge twin
@@ -80,7 +80,7 @@ double tracking(const PairResult& gauge, const PairResult& noise);
 // differs from step 0's: where the rule first moved the parameters (step 1
 // for most rules; later for a rule that skips its first update). -1 when
 // none does.
-int64_t first_moving_step(const PairResult& r);
+int64_t first_moving_step(const PairResult& result);
 
 // A drift in a progress line or a plain-text table: "0" for exact zero,
 // "nan", else two significant digits in e-notation ("3.9e-03").

@@ -213,29 +213,29 @@ std::vector<std::string> find_saved_pairs(const std::string& dir) {
   return out;
 }
 
-PairSpec saved_spec(const SavedPair& s) {
-  PairSpec spec = s.spec;
-  spec.merge_at = {s.step};
+PairSpec saved_spec(const SavedPair& pair) {
+  PairSpec spec = pair.spec;
+  spec.merge_at = {pair.step};
   return spec;
 }
 
-PairResult measure_saved(SavedPair& s) {
+PairResult measure_saved(SavedPair& pair) {
   PairResult r;
-  r.spec = saved_spec(s);
+  r.spec = saved_spec(pair);
   r.torch_version = TORCH_VERSION;
   r.numeric_env = numeric_env(r.spec.device);
   // Train losses are unknown (NaN): the copies were saved, not trained here.
-  const Evaluation e1 = evaluate(s.m1, *s.task);
-  const Evaluation e2 = evaluate(s.m2, *s.task);
-  CurvePoint c = compare(e1, s.m1, e2, s.m2, s.step);
+  const Evaluation e1 = evaluate(pair.m1, *pair.task);
+  const Evaluation e2 = evaluate(pair.m2, *pair.task);
+  CurvePoint c = compare(e1, pair.m1, e2, pair.m2, pair.step);
   c.train_loss = {std::nan(""), std::nan("")};
   r.curve.push_back(c);
-  r.qk_per_head = qk_drift_per_head(s.m1, s.m2);
+  r.qk_per_head = qk_drift_per_head(pair.m1, pair.m2);
   r.val_acc = c.val_acc;
   r.val_loss = c.val_loss;
   r.train_loss = c.train_loss;
-  const HeadMatrices gauge = twin_gauge(s.spec);
-  r.merges.push_back(measure_merge(s.m1, s.m2, *s.task, s.step,
+  const HeadMatrices gauge = twin_gauge(pair.spec);
+  r.merges.push_back(measure_merge(pair.m1, pair.m2, *pair.task, pair.step,
                                    gauge.empty() ? nullptr : &gauge));
   return r;
 }

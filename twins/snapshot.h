@@ -67,11 +67,11 @@ std::vector<std::string> find_saved_pairs(const std::string& dir);
 
 // The spec of a saved pair's record: the saved spec merged at the saved
 // step. Its key names the measurement, so a results file holds it once.
-PairSpec saved_spec(const SavedPair& s);
+PairSpec saved_spec(const SavedPair& pair);
 
 // The record of a saved pair as saved, without training it: its drift,
 // invariant drift and validation figures at the saved step (train losses
 // unknown: NaN), and the merge measured there (docs/protocol.md §9).
-PairResult measure_saved(SavedPair& s);
+PairResult measure_saved(SavedPair& pair);
 
 }  // namespace twins

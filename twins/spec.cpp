@@ -141,8 +141,8 @@ std::string hparams_text(const optim::Hparams& hparams) {
   return out;
 }
 
-std::string hparams_difference(const optim::Hparams& a,
-                               const optim::Hparams& b) {
+std::string hparams_difference(const optim::Hparams& first,
+                               const optim::Hparams& second) {
   auto find = [](const optim::Hparams& h, const std::string& name) {
     for (const auto& [n, v] : h) {
       if (n == name)
@@ -150,9 +150,9 @@ std::string hparams_difference(const optim::Hparams& a,
     }
     return std::string("missing");
   };
-  for (const auto* list : {&a, &b}) {
+  for (const auto* list : {&first, &second}) {
     for (const auto& [name, value] : *list) {
-      const std::string x = find(a, name), y = find(b, name);
+      const std::string x = find(first, name), y = find(second, name);
       if (x != y)
         return fmt::format("{} {} vs {}", name, x, y);
     }

@@ -123,8 +123,8 @@ std::string hparams_text(const optim::Hparams& hparams);
 
 // The first difference between two hyperparameter lists, in words
 // ("beta2 0.99 vs 0.999", "nesterov missing vs 1"); empty when equal.
-std::string hparams_difference(const optim::Hparams& a,
-                               const optim::Hparams& b);
+std::string hparams_difference(const optim::Hparams& first,
+                               const optim::Hparams& second);
 
 // A noise scale as the paper writes it: 1e-7, 3e-6, 0.001.
 std::string format_scale(double scale);
