@@ -24,10 +24,8 @@ torch::Tensor adamuon_direction(const torch::Tensor& grad,
                                 const torch::Tensor& momentum_buffer,
                                 const torch::Tensor& v_buffer,
                                 const AdaMuonOptions& options) {
-  momentum_buffer.lerp_(grad, 1 - options.momentum());
-  torch::Tensor u = options.nesterov()
-                        ? grad.lerp(momentum_buffer, options.momentum())
-                        : momentum_buffer;
+  torch::Tensor u = muon_momentum_(grad, momentum_buffer, options.momentum(),
+                                   options.nesterov());
   if (options.sign())
     u = u.sign();
   const torch::Tensor O = newton_schulz5(u, options.ns_steps());

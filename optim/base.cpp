@@ -140,6 +140,13 @@ void adam_update_(const torch::Tensor& p, const torch::Tensor& grad,
              -lr / bias_correction1);
 }
 
+torch::Tensor muon_momentum_(const torch::Tensor& grad,
+                             const torch::Tensor& momentum_buffer,
+                             double momentum, bool nesterov) {
+  momentum_buffer.lerp_(grad, 1 - momentum);
+  return nesterov ? grad.lerp(momentum_buffer, momentum) : momentum_buffer;
+}
+
 void start_adam_moments(ParamState& state, const torch::Tensor& p) {
   state.set("exp_avg", torch::zeros_like(p, torch::MemoryFormat::Preserve));
   state.set("exp_avg_sq", torch::zeros_like(p, torch::MemoryFormat::Preserve));

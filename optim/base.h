@@ -161,6 +161,14 @@ void adam_update_(const torch::Tensor& p, const torch::Tensor& grad,
 // Adam's moments m ("exp_avg") and v ("exp_avg_sq"), zero, shaped as p.
 void start_adam_moments(ParamState& state, const torch::Tensor& p);
 
+// The momentum of the Muon variants that follow PyTorch's Muon (NorMuon,
+// AdaMuon, PyTorch-style Muon): the buffer moves toward the gradient in
+// place, m <- m + (1 - momentum) (g - m), and the direction handed on is,
+// with Nesterov, g + momentum (m - g), else m itself.
+torch::Tensor muon_momentum_(const torch::Tensor& grad,
+                             const torch::Tensor& momentum_buffer,
+                             double momentum, bool nesterov);
+
 // ---------------------------------------------------------------------------
 // Options of a family: fields in a base class, setters typed as the rule's
 

@@ -43,10 +43,8 @@ torch::Tensor newton_schulz_torch(const torch::Tensor& G, double a, double b,
 torch::Tensor muon_torch_direction(const torch::Tensor& grad,
                                    const torch::Tensor& momentum_buffer,
                                    const MuonTorchOptions& options) {
-  momentum_buffer.lerp_(grad, 1 - options.momentum());
-  const torch::Tensor u = options.nesterov()
-                              ? grad.lerp(momentum_buffer, options.momentum())
-                              : momentum_buffer;
+  const torch::Tensor u = muon_momentum_(
+      grad, momentum_buffer, options.momentum(), options.nesterov());
   torch::Tensor d =
       newton_schulz_torch(u, options.ns_a(), options.ns_b(), options.ns_c(),
                           options.ns_steps(), options.eps());

@@ -36,10 +36,8 @@ torch::Tensor normuon_direction(const torch::Tensor& grad,
                                 const torch::Tensor& momentum_buffer,
                                 const torch::Tensor& second_moment,
                                 const NorMuonOptions& options) {
-  momentum_buffer.lerp_(grad, 1 - options.momentum());
-  const torch::Tensor u = options.nesterov()
-                              ? grad.lerp(momentum_buffer, options.momentum())
-                              : momentum_buffer;
+  const torch::Tensor u = muon_momentum_(
+      grad, momentum_buffer, options.momentum(), options.nesterov());
   torch::Tensor d =
       normuon_normalize(newton_schulz5(u, options.ns_steps()), second_moment,
                         options.beta2(), options.eps());
