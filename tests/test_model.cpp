@@ -259,6 +259,23 @@ double relative_gap(const torch::Tensor& a, const torch::Tensor& reference) {
          std::max(1e-300, reference.abs().max().item<double>());
 }
 
+// A model of either kind on 9 sequences of 6 random tokens (the token table
+// and the small-attention kernel both apply), and its reference pass.
+struct PathSetup {
+  model::Transformer m{nullptr};
+  torch::Tensor tokens;
+  Pass ref;
+};
+
+PathSetup path_setup(bool last_only) {
+  PathSetup setup;
+  setup.m = path_model(last_only, 6);
+  torch::manual_seed(5);
+  setup.tokens = torch::randint(0, 5, {9, 6});
+  setup.ref = run_pass(setup.m, setup.m->reference_forward(setup.tokens));
+  return setup;
+}
+
 struct PathCase {
   const char* name;
   model::SpeedPaths paths;
@@ -291,10 +308,7 @@ std::vector<PathCase> single_paths() {
 // operation: the same bits, output and gradients.
 TEST(SpeedPaths, NoneIsTheReferenceBitForBit) {
   for (bool last_only : {true, false}) {
-    auto m = path_model(last_only, 6);
-    torch::manual_seed(5);
-    const torch::Tensor tokens = torch::randint(0, 5, {9, 6});
-    const Pass ref = run_pass(m, m->reference_forward(tokens));
+    auto [m, tokens, ref] = path_setup(last_only);
     const Pass fast = run_pass(m, model::fast_forward(*m, tokens, {}));
     EXPECT_TRUE(fast.out.equal(ref.out)) << "last_only " << last_only;
     for (size_t i = 0; i < ref.grads.size(); ++i)
@@ -307,10 +321,7 @@ TEST(SpeedPaths, NoneIsTheReferenceBitForBit) {
 // embedding's, which sums the same terms in another order, too).
 TEST(SpeedPaths, EachAloneComputesTheReferenceFunctionAndGradients) {
   for (bool last_only : {true, false}) {
-    auto m = path_model(last_only, 6);
-    torch::manual_seed(5);
-    const torch::Tensor tokens = torch::randint(0, 5, {9, 6});
-    const Pass ref = run_pass(m, m->reference_forward(tokens));
+    auto [m, tokens, ref] = path_setup(last_only);
     for (const PathCase& c : single_paths()) {
       SCOPED_TRACE(::testing::Message()
                    << c.name << " last_only " << last_only);
