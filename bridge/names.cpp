@@ -424,6 +424,59 @@ optim::OptimizerInfo resolve_callable(const std::string& name) {
   return it->second;
 }
 
+// What a Python callable is, for its name's hash: the source where Python
+// has it, else the code objects; plus defaults and closure values, which
+// the source does not show.
+std::string callable_identity(const py::object& fn) {
+  py::module_ marshal = py::module_::import("marshal");
+  py::object builtins = py::module_::import("builtins");
+  std::string identity;
+  try {
+    identity = py::module_::import("inspect")
+                   .attr("getsource")(fn)
+                   .cast<std::string>();
+  } catch (const py::error_already_set&) {
+    py::list codes;
+    if (py::hasattr(fn, "__code__")) {
+      codes.append(fn.attr("__code__"));
+    } else {
+      py::dict members = builtins.attr("dict")(builtins.attr("vars")(fn));
+      py::list keys = builtins.attr("sorted")(members);
+      for (const auto& key : keys) {
+        py::object member = members[key];
+        if (py::hasattr(member, "__func__"))
+          member = member.attr("__func__");
+        if (py::hasattr(member, "__code__"))
+          codes.append(member.attr("__code__"));
+      }
+    }
+    for (const auto& code : codes)
+      identity += marshal.attr("dumps")(code).cast<std::string>();
+  }
+  for (const char* attr : {"__defaults__", "__kwdefaults__"}) {
+    if (py::hasattr(fn, attr))
+      identity += py::repr(fn.attr(attr)).cast<std::string>();
+  }
+  if (py::hasattr(fn, "__closure__") && !fn.attr("__closure__").is_none()) {
+    for (const auto& cell : fn.attr("__closure__"))
+      identity += py::repr(cell.attr("cell_contents")).cast<std::string>();
+  }
+  return identity;
+}
+
+// The callables live in a Python dict (module _twins_rules), so that
+// Python destroys them with its interpreter; the registry holds names.
+void keep_callable(const std::string& name, const py::object& fn) {
+  py::object sys_modules = py::module_::import("sys").attr("modules");
+  if (!sys_modules.contains("_twins_rules")) {
+    py::object rules_module =
+        py::module_::import("types").attr("ModuleType")("_twins_rules");
+    rules_module.attr("rules") = py::dict();
+    sys_modules["_twins_rules"] = rules_module;
+  }
+  sys_modules["_twins_rules"].attr("rules")[name.c_str()] = fn;
+}
+
 }  // namespace
 
 bool available() {
@@ -522,41 +575,6 @@ std::string register_callable(const py::object& fn,
   Parsed p;
   if (!args_json.empty())
     p.args = parse_object(args_json, "a Python rule");
-  // The identity: the source where Python has it, else the code objects;
-  // plus defaults and closure values, which the source does not show.
-  py::module_ marshal = py::module_::import("marshal");
-  py::object builtins = py::module_::import("builtins");
-  std::string identity;
-  try {
-    identity = py::module_::import("inspect")
-                   .attr("getsource")(fn)
-                   .cast<std::string>();
-  } catch (const py::error_already_set&) {
-    py::list codes;
-    if (py::hasattr(fn, "__code__")) {
-      codes.append(fn.attr("__code__"));
-    } else {
-      py::dict members = builtins.attr("dict")(builtins.attr("vars")(fn));
-      py::list keys = builtins.attr("sorted")(members);
-      for (const auto& k : keys) {
-        py::object v = members[k];
-        if (py::hasattr(v, "__func__"))
-          v = v.attr("__func__");
-        if (py::hasattr(v, "__code__"))
-          codes.append(v.attr("__code__"));
-      }
-    }
-    for (const auto& c : codes)
-      identity += marshal.attr("dumps")(c).cast<std::string>();
-  }
-  for (const char* attr : {"__defaults__", "__kwdefaults__"}) {
-    if (py::hasattr(fn, attr))
-      identity += py::repr(fn.attr(attr)).cast<std::string>();
-  }
-  if (py::hasattr(fn, "__closure__") && !fn.attr("__closure__").is_none()) {
-    for (const auto& cell : fn.attr("__closure__"))
-      identity += py::repr(cell.attr("cell_contents")).cast<std::string>();
-  }
   auto rule = std::make_shared<Rule>();
   rule->kind = Rule::Kind::kCallable;
   rule->args_json = args_text(p.args);
@@ -566,22 +584,14 @@ std::string register_callable(const py::object& fn,
       py::str(py::getattr(fn, "__qualname__", py::str("rule")));
   rule->target = qualname;
   rule->name = fmt::format("{}{}.{}#{}{}", kCallablePrefix, module, qualname,
-                           content_hash(identity), rule->args_json);
+                           content_hash(callable_identity(fn)),
+                           rule->args_json);
   check_rate(p.args, rule->name);
   py::object base = py::module_::import("torch.optim").attr("Optimizer");
   TORCH_CHECK(!py::isinstance<py::type>(fn) ||
                   PyObject_IsSubclass(fn.ptr(), base.ptr()) == 1,
               rule->name, ": a class but not a torch.optim.Optimizer");
-  // The callables live in a Python dict (module _twins_rules), so that
-  // Python destroys them with its interpreter; the registry holds names.
-  py::object sys_modules = py::module_::import("sys").attr("modules");
-  if (!sys_modules.contains("_twins_rules")) {
-    py::object m =
-        py::module_::import("types").attr("ModuleType")("_twins_rules");
-    m.attr("rules") = py::dict();
-    sys_modules["_twins_rules"] = m;
-  }
-  sys_modules["_twins_rules"].attr("rules")[rule->name.c_str()] = fn;
+  keep_callable(rule->name, fn);
   std::string summary =
       fmt::format("Python rule {}.{}{}", module, qualname,
                   rule->args_json.empty() ? "" : " with " + rule->args_json);
