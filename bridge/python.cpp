@@ -137,13 +137,13 @@ py::object conventions() {
   return module;
 }
 
-std::string python_error(const py::error_already_set& e) {
+std::string python_error(const py::error_already_set& error) {
   std::string type = "Python error", message;
   try {
-    if (e.type())
-      type = py::str(e.type().attr("__name__"));
-    if (e.value())
-      message = first_line(py::str(e.value()));
+    if (error.type())
+      type = py::str(error.type().attr("__name__"));
+    if (error.value())
+      message = first_line(py::str(error.value()));
   } catch (const py::error_already_set&) {
     // An exception whose str() raises: its type is all there is.
   }
@@ -253,7 +253,7 @@ double signature_lr(const py::object& fn) {
   }
 }
 
-optim::Hparams numeric_hparams(const py::dict& d) {
+optim::Hparams numeric_hparams(const py::dict& arguments) {
   auto number = [](const py::handle& v, double* out) {
     if (py::isinstance<py::bool_>(v)) {
       *out = v.cast<bool>() ? 1.0 : 0.0;
@@ -266,8 +266,8 @@ optim::Hparams numeric_hparams(const py::dict& d) {
     return false;
   };
   optim::Hparams out;
-  for (const auto& [k, v] : d) {
-    const std::string name = py::str(k);
+  for (const auto& [key, v] : arguments) {
+    const std::string name = py::str(key);
     if (name == "params" || name == "lr")
       continue;
     double x = 0;

@@ -34,8 +34,8 @@ void check_torch_version(const std::string& imported);
 py::object conventions();
 
 // "TypeError: message" (the message's first line) of the Python exception
-// `e`, with the GIL held.
-std::string python_error(const py::error_already_set& e);
+// `error`, with the GIL held.
+std::string python_error(const py::error_already_set& error);
 
 // How a registered rule builds its Python optimizer; immutable once
 // registered, shared by every optimizer made from it.
@@ -89,7 +89,7 @@ double signature_lr(const py::object& fn);
 // The numbers of a hyperparameter dict as (name, value) pairs sorted by
 // name: bools 0 / 1, numbers, sequences of numbers as name.0, name.1, ...;
 // "params", "lr" and everything else (None, strings) left out. GIL held.
-optim::Hparams numeric_hparams(const py::dict& d);
+optim::Hparams numeric_hparams(const py::dict& arguments);
 
 // A Python callable's own rule (the module's twins.run(MyAdam)): registers
 // `fn` with `args_json` under python:MODULE.QUALNAME#HASH{...}, HASH over its
