@@ -4,6 +4,10 @@
 # runs, so that a GPU machine has only the GPU left to prove.
 #
 #   scripts/ci-cuda.sh [ctest arguments]
+#   scripts/ci-cuda.sh --prepare   phases 1 and 2 only (the downloads), so
+#                                  that .ci/run overlaps them with the
+#                                  Debian suite; the full run then finds
+#                                  both cached and spends seconds on them
 #
 # Phases, each timed:
 #   1. the wheel's venv (scripts/torch-venv.sh --ci; cached in
@@ -16,8 +20,10 @@
 #      and the Python bridge against the wheel's libtorch_python, and the
 #      check that twin-run links libtorch_cuda (scripts/build-cuda.sh);
 #   4. the whole test suite with that build (tests that need a GPU skip and
-#      say why): the bridge's tests, the libraries' rules and the notebook
-#      run under torch 2.11 there;
+#      say why) but the three labelled `cluster` (tests/CMakeLists.txt: they
+#      test the scheduler scripts around twin-run, the Debian suite runs
+#      them): the bridge's tests, the libraries' rules and the notebook run
+#      under torch 2.11 there;
 #   5. the pip package from that same build (scripts/package-check.sh);
 #   6. the GPU check's pack (scripts/gpu-check.sh --pack) and
 #   7. its rehearsal on --device cpu (scripts/gpu-check.sh --rehearse).
@@ -38,9 +44,13 @@ command -v nvcc >/dev/null ||
 
 phase "torch wheel venv (with tests/python/requirements.txt)" scripts/torch-venv.sh --ci
 phase "header dependencies (Debian 13) into deps/" scripts/make-deps.sh deps
+if [[ ${1:-} == --prepare ]]; then
+  echo "ci-cuda: prepared in $((SECONDS - start)) s"
+  exit 0
+fi
 phase "build against the wheel's LibTorch (build-cuda/, C++20) and link check" \
   scripts/build-cuda.sh build-cuda
-phase "test suite, CUDA build" ctest --test-dir build-cuda -j "$(nproc)" --output-on-failure "$@"
+phase "test suite, CUDA build" ctest --test-dir build-cuda -j "$(nproc)" --output-on-failure -LE cluster "$@"
 phase "pip package from build-cuda/ (install, import, twin-run, wheel)" \
   scripts/package-check.sh build-cuda
 phase "GPU check: pack (gpu-pack/)" scripts/gpu-check.sh --pack
