@@ -10,6 +10,7 @@
 #include <string>
 
 #include "app/bench_cmd.h"
+#include "app/census_cmd.h"
 #include "app/merge_cmd.h"
 #include "app/plot_cmd.h"
 #include "app/run_cmd.h"
@@ -86,6 +87,8 @@ int main(int argc, char** argv) {
   CLI::App* merge = app::setup_merge(cli, merge_flags);
   app::BenchFlags bench_flags;
   CLI::App* bench = app::setup_bench(cli, bench_flags);
+  app::CensusFlags census_flags;
+  CLI::App* census = app::setup_census(cli, census_flags);
   // One command per call. Without this bound CLI11 would take a word after
   // a command that names another command as that command: `table merge`
   // must run the table named merge.
@@ -111,6 +114,8 @@ int main(int argc, char** argv) {
       return app::run_bench(bench_flags);
     if (merge->parsed())
       return app::run_merge(merge_flags);
+    if (census->parsed())
+      return app::run_census(census_flags);
     return app::run_run(run_flags);
   } catch (const twins::Stopped& e) {
     // The state is saved: 75 (EX_TEMPFAIL) tells a batch script to requeue

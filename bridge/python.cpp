@@ -117,24 +117,28 @@ void check_torch_version(const std::string& imported) {
               "docs/extending.md)");
 }
 
-py::object conventions() {
+py::object embedded_module(const char* module_name, const char* source,
+                           const char* file) {
   py::object modules = py::module_::import("sys").attr("modules");
-  if (modules.contains(kConventionsModule))
-    return modules[kConventionsModule];
-  py::object module =
-      py::module_::import("types").attr("ModuleType")(kConventionsModule);
-  module.attr("__file__") = "bridge/conventions.py";
-  modules[kConventionsModule] = module;
+  if (modules.contains(module_name))
+    return modules[module_name];
+  py::object module = py::module_::import("types").attr("ModuleType")(module_name);
+  module.attr("__file__") = file;
+  modules[module_name] = module;
   py::module_ builtins = py::module_::import("builtins");
   try {
-    py::object code = builtins.attr("compile")(py::str(kConventionsPy),
-                                               "bridge/conventions.py", "exec");
+    py::object code = builtins.attr("compile")(py::str(source), file, "exec");
     builtins.attr("exec")(code, module.attr("__dict__"));
   } catch (...) {
-    modules.attr("pop")(kConventionsModule);
+    modules.attr("pop")(module_name);
     throw;
   }
   return module;
+}
+
+py::object conventions() {
+  return embedded_module(kConventionsModule, kConventionsPy,
+                         "bridge/conventions.py");
 }
 
 std::string python_error(const py::error_already_set& error) {

@@ -29,8 +29,13 @@ void ensure_interpreter();
 std::string built_torch_version();
 void check_torch_version(const std::string& imported);
 
-// The module of bridge/conventions.py (compiled into the bridge), executed
-// once per interpreter. GIL held.
+// The module `module_name` made of `source` (a file compiled into the
+// bridge, named `file` in tracebacks), executed once per interpreter and
+// kept in sys.modules. GIL held.
+py::object embedded_module(const char* module_name, const char* source,
+                           const char* file);
+
+// The module of bridge/conventions.py, as _twins_conventions. GIL held.
 py::object conventions();
 
 // "TypeError: message" (the message's first line) of the Python exception

@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include "bridge/bridge.h"
+#include "bridge/census.h"
 
 namespace bridge {
 
@@ -50,6 +51,14 @@ std::vector<std::string> resolve_rules(const std::vector<std::string>& names,
               "py:FILE.py:NAME) and --opt names none (a built-in rule's "
               "hyperparameters are fixed)");
   return names;
+}
+
+std::vector<CensusRule> census_rules(bool, const std::string&) {
+  TORCH_CHECK(false,
+              "census: this twin-run was built without Python support, and "
+              "the census's rules are Python's (install python3-dev, "
+              "pybind11-dev and python3-torch, then reconfigure: cmake -S . "
+              "-B build -DTWINS_PYTHON=ON)");
 }
 
 }  // namespace bridge

@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "bridge/bridge.h"
+#include "bridge/census.h"
 #include "bridge_test_config.h"
 #include "sweep/tables.h"
 
@@ -52,6 +53,17 @@ TEST(BridgeWithoutPython, TheTorchZooIsNotListed) {
   }
 }
 
+TEST(BridgeWithoutPython, TheCensusIsAOneLineError) {
+  try {
+    bridge::census_rules(false);
+    FAIL() << "the census listed rules without Python support";
+  } catch (const c10::Error& e) {
+    const std::string m = e.what_without_backtrace();
+    EXPECT_NE(m.find("built without Python support"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
 #else  // the bridge itself
 
 #include <fmt/format.h>
@@ -60,6 +72,8 @@ TEST(BridgeWithoutPython, TheTorchZooIsNotListed) {
 #include <unistd.h>
 
 #include <cmath>
+#include <map>
+#include <set>
 #include <filesystem>
 #include <fstream>
 
@@ -516,8 +530,108 @@ TEST(BridgeTorchZoo, TheTableIsTorchOptimsRulesWithTheirPredictions) {
   }
 }
 
+// The census lists every library it knows, each rule once with its
+// aliases and the prediction set for it (bridge/census_predictions.tsv).
+TEST(BridgeCensus, EveryInstalledRuleIsListedOnceWithItsPrediction) {
+  bridge::install();
+  const std::vector<bridge::CensusRule> rules = bridge::census_rules(false);
+  std::set<std::string> libraries, names;
+  std::map<std::string, std::set<std::string>> aliases;  // per library
+  for (const auto& rule : rules) {
+    libraries.insert(rule.library);
+    if (rule.rule.empty()) {  // a library that is not installed
+      EXPECT_EQ(rule.cannot_run, "not installed") << rule.library;
+      continue;
+    }
+    EXPECT_TRUE(names.insert(rule.rule).second) << rule.rule << " twice";
+    ASSERT_FALSE(rule.aliases.empty()) << rule.rule;
+    for (const auto& alias : rule.aliases)
+      EXPECT_TRUE(aliases[rule.library].insert(alias).second)
+          << rule.library << " lists " << alias << " in two rules";
+    // The predictions were set for the pinned releases
+    // (tests/python/requirements.txt) and Debian's torch.
+    EXPECT_FALSE(rule.predicted.empty()) << rule.rule << " has no prediction";
+    EXPECT_FALSE(rule.version.empty()) << rule.rule;
+  }
+  EXPECT_EQ(libraries,
+            (std::set<std::string>{"torch", "pytorch_optimizer", "timm",
+                                   "heavyball", "torch-optimizer",
+                                   "schedulefree", "lion-pytorch",
+                                   "kron-torch", "prodigyopt", "adam_mini"}));
+  auto find = [&](const std::string& name) {
+    const auto it = std::find_if(rules.begin(), rules.end(),
+                                 [&](const auto& r) { return r.rule == name; });
+    return it == rules.end() ? nullptr : &*it;
+  };
+  // torch.optim's classes by their names, predicted from their updates.
+  ASSERT_NE(find("torch:Adam"), nullptr);
+  EXPECT_EQ(find("torch:Adam")->predicted, "basis-dependent");
+  EXPECT_EQ(find("torch:Adam")->version.substr(0, 4),
+            std::string(TORCH_VERSION).substr(0, 4));
+  ASSERT_NE(find("torch:SGD"), nullptr);
+  EXPECT_EQ(find("torch:SGD")->predicted, "equivariant");
+  // timm's registry names of one class and defaults are one rule.
+  if (aliases.count("timm")) {
+    const auto it = std::find_if(rules.begin(), rules.end(), [](const auto& r) {
+      return r.library == "timm" &&
+             std::find(r.aliases.begin(), r.aliases.end(), "sgd") !=
+                 r.aliases.end();
+    });
+    ASSERT_NE(it, rules.end());
+    EXPECT_NE(std::find(it->aliases.begin(), it->aliases.end(), "nesterov"),
+              it->aliases.end());
+    EXPECT_TRUE(contains(it->rule, "create_optimizer_v2")) << it->rule;
+  }
+}
+
+// The probe trains each rule two steps through the protocol: torch.optim's
+// SparseAdam, which takes sparse gradients only, is classified; Adam runs.
+TEST(BridgeCensus, TheProbeSaysWhyARuleCannotRunHere) {
+  bridge::install();
+  const auto rules = bridge::census_rules(true, "torch");
+  bool adam = false, sparse = false;
+  for (const auto& rule : rules) {
+    EXPECT_EQ(rule.library, "torch");
+    if (rule.rule == "torch:Adam") {
+      adam = true;
+      EXPECT_EQ(rule.cannot_run, "");
+    }
+    if (rule.rule == "torch:SparseAdam") {
+      sparse = true;
+      EXPECT_TRUE(contains(rule.cannot_run,
+                           "cannot run here: needs sparse gradients"))
+          << rule.cannot_run;
+    }
+  }
+  EXPECT_TRUE(adam && sparse);
+  try {
+    bridge::census_rules(false, "nope");
+    FAIL() << "an unknown library was listed";
+  } catch (const c10::Error& e) {
+    const std::string m = e.what_without_backtrace();
+    EXPECT_TRUE(contains(m, "no library 'nope'") && contains(m, "torch, "))
+        << m;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // The twin-run binary
+
+TEST(BridgeCli, CensusListsAndProbesALibrary) {
+  using namespace testing_helpers;
+  const fs::path dir = fresh_dir("bridge-census");
+  const Outcome o = twin_run("census --library torch --probe", dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_TRUE(contains(o.out, "| torch==")) << o.out;
+  EXPECT_TRUE(contains(o.out, "| torch:SGD | equivariant | yes |")) << o.out;
+  EXPECT_TRUE(contains(o.out, "needs sparse gradients")) << o.out;
+  EXPECT_TRUE(contains(o.out, "1 cannot run here")) << o.out;
+  const Outcome bad = twin_run("census --library nope", dir);
+  EXPECT_NE(bad.code, 0);
+  EXPECT_TRUE(contains(bad.err, "no library 'nope'")) << bad.err;
+  EXPECT_EQ(count_lines(bad.err), 1) << bad.err;
+  fs::remove_all(dir);
+}
 
 TEST(BridgeCli, VerdictOfTorchRulesWithOptArgs) {
   using namespace testing_helpers;

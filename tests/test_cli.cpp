@@ -546,7 +546,7 @@ TEST(Usage, FlagTablesOfDocsUsageAreEveryCommandsHelp) {
   const bool update = std::getenv("TWINS_UPDATE_USAGE") != nullptr;
   const fs::path dir = fresh_dir("usage");
   for (const std::string command :
-       {"run", "table", "verdict", "merge", "plot", "bench"}) {
+       {"run", "table", "verdict", "merge", "plot", "bench", "census"}) {
     const Outcome o =
         twin_run((command == "run" ? "" : command + " ") + "--help", dir);
     ASSERT_EQ(o.code, 0) << command;
