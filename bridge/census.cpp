@@ -21,42 +21,44 @@ std::string first_line(const std::string& text) {
   return text.substr(0, text.find('\n'));
 }
 
+py::object census_module() {
+  conventions();  // census.py reads its classification of errors
+  return embedded_module("_twins_census", kCensusPy, "bridge/census.py");
+}
+
 // Why `rule` does not train two steps of a one-block model here; empty
-// when it does. The error's text after the rule's own name (every error of
-// a Python rule starts with it), with conventions.py's "cannot run here:"
-// kept as the reason.
-std::string probe(CensusRule& rule) {
+// when it does. The error's first line without the rule's own name (every
+// error of a Python rule starts with it), classified by census.py.
+std::string probe(const CensusRule& rule) {
+  std::string error;
   try {
     const std::string name = resolve_rule(rule.rule);
+    const optim::OptimizerInfo& info = optim::find_optimizer(name);
     twins::PairSpec spec = twins::default_spec("mod11", "adam");
     spec.opt = name;
-    spec.hparams = optim::find_optimizer(name).hparams;
-    const double lr = optim::find_optimizer(name).lr;
-    spec.lr = lr > 0 ? lr : 1e-3;
+    spec.hparams = info.hparams;
+    spec.lr = info.lr > 0 ? info.lr : 1e-3;
     spec.depth = 1;
     spec.d_model = 8;
     spec.heads = 2;
     spec.mlp = 16;
     spec.steps = 2;
-    const twins::PairResult result = twins::run_pair(spec);
-    return result.ok() ? "" : "diverged at step 1 or 2 of the probe";
+    return twins::run_pair(spec).ok() ? ""
+                                       : "diverges in the probe's two steps";
   } catch (const std::exception& e) {
-    std::string text = first_line(e.what());
-    const size_t own = text.find(rule.rule.substr(0, rule.rule.find('{')));
-    const size_t colon = text.find(": ");
-    if (own == 0 && colon != std::string::npos)
-      text = text.substr(colon + 2);
-    const size_t cannot = text.find("cannot run here: ");
-    return cannot != std::string::npos ? text.substr(cannot) : "raises: " + text;
+    error = first_line(e.what());
+    const size_t colon = error.find(": ");
+    if (is_python_rule(error) && colon != std::string::npos)
+      error = error.substr(colon + 2);
   }
+  py::gil_scoped_acquire gil;
+  return census_module().attr("probe_reason")(error).cast<std::string>();
 }
 
 std::vector<CensusRule> list_rules() {
   ensure_interpreter();
   py::gil_scoped_acquire gil;
-  conventions();  // census.py reads its classification of errors
-  py::object census =
-      embedded_module("_twins_census", kCensusPy, "bridge/census.py");
+  py::object census = census_module();
   std::vector<CensusRule> out;
   try {
     for (py::handle item : census.attr("rules")(kCensusPredictionsTsv)) {

@@ -181,6 +181,43 @@ def _predictions(text):
     return table
 
 
+# What a probe's error says about a need of the rule's that the protocol
+# does not meet, beyond conventions.py's (which arrive as "cannot run
+# here: ..."): (words of the message, the reason). Checked in order.
+_NEEDS = [
+    (("missing 1 required positional argument",),
+     "needs an argument the protocol cannot give"),
+    (("unexpected keyword argument 'lr'",),
+     "wraps another optimizer (takes no lr: needs a base optimizer)"),
+    (("You need to install", "No module named"),
+     "needs a package that is not installed"),
+]
+
+
+def probe_reason(text):
+    """The census's reason from a probe's one-line error (the rule's own
+    name already taken off): the "cannot run here" classes, else "raises"
+    with where (its arguments or parameters, a step, eval()) and the
+    message."""
+    at = text.find("cannot run here: ")
+    if at >= 0:
+        return text[at:]
+    for words, reason in _NEEDS:
+        if any(w in text for w in words):
+            return f"cannot run here: {reason} ({_after_where(text)})"
+    return "raises: " + text
+
+
+def _after_where(text):
+    """The Python error of "where: TypeError: message"."""
+    for kind in ("TypeError: ", "ImportError: ", "ModuleNotFoundError: ",
+                 "ValueError: ", "RuntimeError: ", "AttributeError: "):
+        at = text.find(kind)
+        if at >= 0:
+            return text[at:]
+    return text
+
+
 def _cannot_load(e):
     reason = _conventions_reason(e)
     return ("cannot run here: " + reason if reason else "does not load") + \

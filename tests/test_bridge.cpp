@@ -604,6 +604,22 @@ TEST(BridgeCensus, TheProbeSaysWhyARuleCannotRunHere) {
     }
   }
   EXPECT_TRUE(adam && sparse);
+  // Where torch-optimizer is installed (the CUDA leg's venv): a wrapper
+  // that takes no lr and a rule that needs Hessian-vector products are
+  // classified, and its plain rules run.
+  const auto listed = bridge::census_rules(false, "torch-optimizer");
+  if (!listed.front().rule.empty()) {
+    std::map<std::string, std::string> why;
+    for (const auto& rule : bridge::census_rules(true, "torch-optimizer"))
+      why[rule.rule] = rule.cannot_run;
+    EXPECT_TRUE(contains(why["py:torch_optimizer:Lookahead"],
+                         "cannot run here: wraps another optimizer"))
+        << why["py:torch_optimizer:Lookahead"];
+    EXPECT_TRUE(contains(why["py:torch_optimizer:Adahessian"],
+                         "cannot run here: needs second-order gradients"))
+        << why["py:torch_optimizer:Adahessian"];
+    EXPECT_EQ(why["py:torch_optimizer:Yogi"], "");
+  }
   try {
     bridge::census_rules(false, "nope");
     FAIL() << "an unknown library was listed";
