@@ -58,7 +58,7 @@ int run_bench(const BenchFlags& flags) {
                                ? twins::fresh_path("runs", "bench", ".json")
                                : flags.out;
   // Before the benchmark runs, not after: a bad --out costs nothing.
-  twins::check_output_file(path, "--out");
+  bench::check_bench_output(path);
   const auto rows = bench::run_bench(flags.options, print_line);
   const bench::BenchMachine machine = bench::bench_machine();
   fmt::print("{}\n{}", machine.line(), bench::format_bench_table(rows));

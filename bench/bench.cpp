@@ -529,6 +529,26 @@ BenchMachine bench_machine() {
   return m;
 }
 
+void check_bench_output(const std::string& path) {
+  twins::check_output_file(path, "--out");
+  const std::string ending = ".jsonl";
+  TORCH_CHECK(path.size() < ending.size() ||
+                  path.compare(path.size() - ending.size(), ending.size(),
+                               ending) != 0,
+              "--out '", path,
+              "': a benchmark file is one JSON object (.json); .jsonl names "
+              "a results file");
+  if (!std::filesystem::exists(path))
+    return;
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  TORCH_CHECK(j.is_object() && j.contains("rows") &&
+                  j.contains("torch_version"),
+              "--out '", path,
+              "' exists and is not a twin-run benchmark file (one JSON object "
+              "with its machine and rows): choose another name or remove it");
+}
+
 void write_bench_file(const std::string& path, const BenchMachine& machine,
                       const std::vector<BenchRow>& rows, bool quick) {
   const nlohmann::json j = {{"date", machine.date},

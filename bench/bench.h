@@ -89,6 +89,13 @@ BenchMachine bench_machine();
 void write_bench_file(const std::string& path, const BenchMachine& machine,
                       const std::vector<BenchRow>& rows, bool quick);
 
+// Throws, naming `path`, unless the benchmark's file may be written there:
+// check_output_file's checks, and a name that is not a results file's
+// (.jsonl) and no existing file that is not a benchmark file (one JSON
+// object with its "rows" and "torch_version"), so that a bench never
+// replaces results, a summary or any other file (docs/output-format.md).
+void check_bench_output(const std::string& path);
+
 // The roof: GFLOP/s of one model step's matrix products (shapes from
 // model::training_step_matmuls) replayed back to back in `dtype`, by one or
 // two threads at the given settings.

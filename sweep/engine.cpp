@@ -465,6 +465,23 @@ void check_run(const std::vector<PairSpec>& pairs,
     check_memory(groups_of(pairs, options), options.jobs, options.threads);
 }
 
+// One results file per table: records of another table (or of runs that
+// are not a table) are refused before anything is written, so that a
+// table's summaries never describe another's records (docs/output-format.md).
+void check_one_table(const ResultsFile& file, const EngineOptions& options) {
+  auto named = [](const std::string& table) {
+    return table.empty() ? std::string("runs that are not a table")
+                         : "table " + table;
+  };
+  for (const StoredRecord& record : file.records) {
+    const std::string table = record.json.value("table", "");
+    TORCH_CHECK(table == options.table, "--out '", options.results_path,
+                "' holds records of ", named(table), " (line ", record.line,
+                ") and this run writes ", named(options.table),
+                ": one results file per table, use another --out");
+  }
+}
+
 EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
                         const EngineOptions& options, SavedPairs* saved) {
   check_job_list(pairs, options);
@@ -472,6 +489,7 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
   // Validate what is there before creating or locking anything.
   const ResultsFile before =
       read_results(options.results_path, /*missing_ok=*/true);
+  check_one_table(before, options);
   const std::vector<PairSpec> first_todo = missing(before, pairs);
   outcome.already = pairs.size() - first_todo.size();
   if (!first_todo.empty()) {

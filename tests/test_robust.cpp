@@ -175,6 +175,62 @@ TEST(Outputs, BenchChecksItsOutBeforeRunning) {
   fs::remove_all(dir);
 }
 
+// bench writes one JSON object: never over results (by their .jsonl name or
+// their content), a summary or any other file; over its own file, yes.
+TEST(Outputs, BenchNeverReplacesAnotherKindOfFile) {
+  const fs::path dir = fresh_dir("bench-kind");
+  const std::string bench = "bench --quick --rows mod47-f32 --repeats 1 ";
+  const std::string record = "{\"key\":\"x\",\"schema\":9}\n";
+  spit(dir / "r.json", record);
+  spit(dir / "notes.json", "hello\n");
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"r.jsonl", "names a results file"},
+      {"r.json", "is not a twin-run benchmark file"},
+      {"notes.json", "is not a twin-run benchmark file"}};
+  for (const auto& [out, message] : refused) {
+    const Outcome o = twin_run(bench + "--out " + out, dir);
+    EXPECT_NE(o.code, 0) << out;
+    EXPECT_EQ(count_lines(o.err), 1) << o.err;
+    EXPECT_NE(o.err.find(message), std::string::npos) << o.err;
+    EXPECT_EQ(o.out, "") << out;  // refused before anything ran
+  }
+  EXPECT_FALSE(fs::exists(dir / "r.jsonl"));
+  EXPECT_EQ(slurp(dir / "r.json"), record);
+  EXPECT_EQ(slurp(dir / "notes.json"), "hello\n");
+  // Its own file is replaced by a rerun.
+  ASSERT_EQ(twin_run(bench + "--out b.json", dir).code, 0);
+  const Outcome again = twin_run(bench + "--out b.json", dir);
+  EXPECT_EQ(again.code, 0) << again.err;
+  fs::remove_all(dir);
+}
+
+// One results file per table: a second table, or a run that is not a
+// table, is refused before it writes anything into the first's file, its
+// summaries or its lock.
+TEST(Outputs, ATableNeverAppendsToAnotherTablesFile) {
+  const fs::path dir = fresh_dir("two-tables");
+  ASSERT_EQ(twin_run("table table3 --steps 2 --quiet --out t3.jsonl", dir).code,
+            0);
+  const std::vector<std::string> before = files_in(dir);
+  const std::string records = slurp(dir / "t3.jsonl");
+  const std::string summary = slurp(dir / "t3.md");
+  expect_refused("table zoo --steps 2 --quiet --out t3.jsonl",
+                 "holds records of table table3", dir);
+  expect_refused(kPair + " --out t3.jsonl", "holds records of table table3",
+                 dir);
+  EXPECT_EQ(files_in(dir), before);
+  EXPECT_EQ(slurp(dir / "t3.jsonl"), records);
+  EXPECT_EQ(slurp(dir / "t3.md"), summary);
+  // ... and a table into a file of plain runs.
+  ASSERT_EQ(twin_run(kPair + " --out plain.jsonl", dir).code, 0);
+  expect_refused("table table3 --steps 2 --quiet --out plain.jsonl",
+                 "holds records of runs that are not a table", dir);
+  // The same table resumes into its own file.
+  EXPECT_EQ(twin_run("table table3 --steps 2 --quiet --out t3.jsonl", dir).code,
+            0);
+  fs::remove_all(dir);
+}
+
 // ===========================================================================
 // Reading and appending results files
 
