@@ -56,13 +56,12 @@ std::string empty_value(int argc, char** argv) {
 int main(int argc, char** argv) {
   // Before anything computes: the kernels are pinned by re-executing with
   // the libraries' variables set (twins/environment.h).
-  if (twins::portable_requested(argc, argv)) {
-    try {
+  try {
+    if (twins::portable_requested(argc, argv))
       twins::enter_portable_mode(argv);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "twin-run: error: %s\n", e.what());
-      return 1;
-    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "twin-run: error: %s\n", e.what());
+    return 1;
   }
   twins::keep_freed_memory();  // before the first tensor
   bridge::install();            // the torch: and py: names (bridge/bridge.h)

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "bridge/bridge.h"
 #include "bridge/python.h"
@@ -104,8 +105,22 @@ bool is_module_name(const std::string& s) {
 
 json parse_object(const std::string& text, const std::string& rule) {
   json j;
+  // A key given twice in one object would silently keep the last value.
+  std::vector<std::set<std::string>> keys;  // per open object
+  std::string twice;
+  auto note_keys = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start)
+      keys.emplace_back();
+    else if (event == json::parse_event_t::object_end)
+      keys.pop_back();
+    else if (event == json::parse_event_t::key &&
+             !keys.back().insert(parsed.get<std::string>()).second &&
+             twice.empty())
+      twice = parsed.get<std::string>();
+    return true;
+  };
   try {
-    j = json::parse(text);
+    j = json::parse(text, note_keys);
   } catch (const json::exception& e) {
     TORCH_CHECK(false, "Malformed arguments of '", rule, "': ", text,
                 " is not JSON (", e.what(),
@@ -113,6 +128,8 @@ json parse_object(const std::string& text, const std::string& rule) {
   }
   TORCH_CHECK(j.is_object(), "Malformed arguments of '", rule, "': ", text,
               " is not a JSON object (e.g. {\"momentum\": 0.9})");
+  TORCH_CHECK(twice.empty(), "Malformed arguments of '", rule, "': key \"",
+              twice, "\" given twice in ", text);
   return j;
 }
 

@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "sweep/estimate.h"
 #include "twins/corpus.h"
@@ -330,6 +331,24 @@ void check_one_setting(const std::vector<StoredRecord>& records) {
 // belong to, one per table and configuration (steps / dtype / device),
 // each rebuilt so that missing pairs can be named and other
 // configurations' records left out.
+// `table NAME --aggregate FILES` where no record is one of NAME's pairs
+// would write an empty table: refused, naming the table and the files.
+void check_records_belong(const CommandOutcome& out,
+                          const CommandRequest& request) {
+  std::set<std::string> keys;
+  for (const Table& table : out.expected) {
+    for (const PairSpec& pair : table.pairs)
+      keys.insert(pair.key());
+  }
+  const bool any = std::any_of(
+      out.run.records.begin(), out.run.records.end(),
+      [&](const StoredRecord& record) { return keys.count(record.key) > 0; });
+  TORCH_CHECK(any, "--aggregate: no record of ",
+              fmt::format("{}", fmt::join(request.inputs, ", ")),
+              " is a pair of table ", request.table,
+              " (at the records' settings): nothing to aggregate");
+}
+
 CommandOutcome resolve_aggregate(const CommandRequest& request) {
   TORCH_CHECK(request.engine.results_path.empty(),
               "--out names a results file to run into; with --aggregate the "
@@ -375,6 +394,8 @@ CommandOutcome resolve_aggregate(const CommandRequest& request) {
         "for the paper's configuration, not necessarily theirs.");
   } else {
     out.layout = tables.begin()->second.layout;
+    if (!request.table.empty())
+      check_records_belong(out, request);
   }
   // One file: its own name. Several: named after their configurations, so
   // that merging the shards of another configuration writes elsewhere.

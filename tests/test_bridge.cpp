@@ -408,6 +408,18 @@ TEST(BridgeErrors, BadNamesFilesAndArguments) {
   EXPECT_TRUE(
       contains(error_of([] { bridge::resolve_rule("torch:Adam", "[1]"); }),
                "not a JSON object"));
+  // A key twice is refused, not resolved to its last value, in the name
+  // and in --opt-args alike.
+  EXPECT_TRUE(contains(error_of([] {
+                         bridge::resolve_rule(
+                             R"(torch:SGD{"momentum":0.9,"momentum":0.5})");
+                       }),
+                       "key \"momentum\" given twice"));
+  EXPECT_TRUE(contains(error_of([] {
+                         bridge::resolve_rule("torch:SGD",
+                                              R"({"lr":0.1,"lr":0.2})");
+                       }),
+                       "key \"lr\" given twice"));
   EXPECT_TRUE(contains(error_of([] { bridge::resolve_rule("py:rule.py"); }),
                        "Malformed Python rule name"));
   EXPECT_TRUE(contains(error_of([] {

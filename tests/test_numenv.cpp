@@ -221,3 +221,18 @@ TEST(NumericEnv, PortableRunsPinTheKernelsAndAgreeBitwise) {
   EXPECT_FALSE(fs::exists(dir / "loop.jsonl"));
   fs::remove_all(dir);
 }
+
+// TWINS_PORTABLE is 1, 0 or empty: a typo is refused, not read as "no".
+TEST(NumericEnv, AnUnknownTwinsPortableIsRefused) {
+  const fs::path dir = fresh_dir("numenv-portable-value");
+  const Outcome o = twin_run("--opt sgd --steps 1 --quiet --out r.jsonl", dir,
+                             "TWINS_PORTABLE=banana ");
+  EXPECT_NE(o.code, 0);
+  EXPECT_EQ(count_lines(o.err), 1) << o.err;
+  EXPECT_NE(o.err.find("TWINS_PORTABLE='banana'"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(dir / "r.jsonl"));
+  const Outcome off = twin_run("--opt sgd --steps 1 --quiet --out r.jsonl",
+                               dir, "TWINS_PORTABLE=0 ");
+  EXPECT_EQ(off.code, 0) << off.err;
+  fs::remove_all(dir);
+}

@@ -206,7 +206,8 @@ TEST(Outputs, BenchNeverReplacesAnotherKindOfFile) {
 
 // One results file per table: a second table, or a run that is not a
 // table, is refused before it writes anything into the first's file, its
-// summaries or its lock.
+// summaries or its lock; and a table is never aggregated from none of its
+// records.
 TEST(Outputs, ATableNeverAppendsToAnotherTablesFile) {
   const fs::path dir = fresh_dir("two-tables");
   ASSERT_EQ(twin_run("table table3 --steps 2 --quiet --out t3.jsonl", dir).code,
@@ -228,6 +229,16 @@ TEST(Outputs, ATableNeverAppendsToAnotherTablesFile) {
   // The same table resumes into its own file.
   EXPECT_EQ(twin_run("table table3 --steps 2 --quiet --out t3.jsonl", dir).code,
             0);
+  // Aggregating a table from records none of which is its pair (lion is
+  // not among Table 3's rules) would write an empty table: refused; its own
+  // records aggregate.
+  ASSERT_EQ(twin_run("--opt lion --steps 1 --quiet --out lion.jsonl", dir).code,
+            0);
+  const std::vector<std::string> files = files_in(dir);
+  expect_refused("table table3 --aggregate lion.jsonl",
+                 "no record of lion.jsonl is a pair of table table3", dir);
+  EXPECT_EQ(files_in(dir), files);
+  EXPECT_EQ(twin_run("table table3 --aggregate t3.jsonl", dir).code, 0);
   fs::remove_all(dir);
 }
 

@@ -226,7 +226,14 @@ bool portable_requested(int argc, char** argv) {
     if (std::strcmp(argv[i], "--portable-kernels") == 0)
       return true;
   }
-  return equals("TWINS_PORTABLE", "1");
+  const char* value = std::getenv("TWINS_PORTABLE");
+  const std::string text = value ? value : "";
+  if (text != "" && text != "0" && text != "1") {
+    throw std::runtime_error("TWINS_PORTABLE='" + text +
+                             "': expected 1 (pin the kernels, as "
+                             "--portable-kernels) or 0 (do not)");
+  }
+  return text == "1";
 }
 
 void enter_portable_mode(char** argv) {

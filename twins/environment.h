@@ -51,7 +51,9 @@ inline constexpr const char* kPortableBlasCore = "Haswell";
 inline constexpr const char* kPortableCpuCapability = "avx2";
 
 // Whether argv asks for the portable mode (--portable-kernels before any
-// "--", or TWINS_PORTABLE=1).
+// "--", or TWINS_PORTABLE=1). TWINS_PORTABLE may be unset, empty, 0 or 1;
+// any other value throws naming it (a typo must not silently leave the
+// kernels unpinned).
 bool portable_requested(int argc, char** argv);
 
 // Pins the portable kernels: when OPENBLAS_CORETYPE and ATEN_CPU_CAPABILITY
