@@ -14,6 +14,7 @@
 
 #include "sweep/estimate.h"
 #include "twins/corpus.h"
+#include "twins/defaults.h"
 #include "twins/device.h"
 #include "twins/io.h"
 #include "twins/setup.h"
@@ -44,6 +45,21 @@ std::string results_path(const CommandRequest& request,
              : twins::fresh_path("runs", stem, ".jsonl");
 }
 
+// Where a pair's learning rate came from, as an error names it: --lr, or
+// the optimizer's own default (a Python rule's "lr" in its name, the rate
+// table) when the rate is that default.
+std::string rate_text(const PairSpec& pair) {
+  double fallback = 0;
+  try {
+    fallback = twins::default_lr(pair.opt, pair.task);
+  } catch (const c10::Error&) {  // none: the rate was given
+  }
+  return fallback == pair.lr
+             ? fmt::format("the default learning rate {} of '{}'", pair.lr,
+                           pair.opt)
+             : fmt::format("--lr {}", pair.lr);
+}
+
 // A pair's numbers must be numbers of its dtype: the learning rate a
 // positive normal value, the noise scale 0 or such that its square (the
 // order of the perturbed attention scores W_Q W_K^T) is finite. Checked
@@ -56,9 +72,9 @@ void check_ranges(const std::vector<PairSpec>& pairs) {
     const double hi = f32 ? std::numeric_limits<float>::max()
                           : std::numeric_limits<double>::max();
     const std::string dtype = twins::dtype_name(pair.dtype);
-    TORCH_CHECK(pair.lr >= lo && pair.lr <= hi, "--lr ", pair.lr,
-                " is out of range for ", dtype, " (a learning rate is from ",
-                lo, " to ", hi, ")");
+    TORCH_CHECK(pair.lr >= lo && pair.lr <= hi, rate_text(pair),
+                " is out of range for ", dtype,
+                " (a learning rate is from ", lo, " to ", hi, ")");
     const double most = std::sqrt(hi);
     TORCH_CHECK(pair.noise_scale == 0 ||
                     (pair.noise_scale >= lo && pair.noise_scale <= most),

@@ -472,6 +472,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Bad{"--opt sgd --lr 1e39 --steps 1",
             "--lr 1e+39 is out of range for float32"},
+        // A rate from the rule's name is not called --lr.
+        Bad{"--opt 'torch:Adam{\"lr\": 1e39}' --steps 1",
+            "the default learning rate 1e+39 of 'torch:Adam{\"lr\":1e+39}' "
+            "is out of range for float32"},
         Bad{"--opt sgd --twin noise --noise-scale 1e300 --steps 1",
             "--noise-scale 1e+300 is out of range for float32"},
         Bad{"--opt sgd --twin noise --noise-scale 1e300 --dtype float64 "
