@@ -1,6 +1,7 @@
 #include "app/census_cmd.h"
 
-#include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> only before fmt 11)
 
 #include <string>
 #include <vector>
@@ -11,13 +12,6 @@
 namespace app {
 
 namespace {
-
-std::string joined(const std::vector<std::string>& words) {
-  std::string out;
-  for (const auto& word : words)
-    out += (out.empty() ? "" : ", ") + word;
-  return out;
-}
 
 // Markdown's table cell: a '|' would end it.
 std::string cell(std::string text) {
@@ -72,7 +66,7 @@ int run_census(const CensusFlags& flags) {
             ? rule.predicted
             : rule.predicted + " (" + rule.table3 + ")";
     fmt::print("| {} | {} | {} | {} | {} |\n", library,
-               cell(joined(rule.aliases)), cell(rule.rule),
+               cell(fmt::format("{}", fmt::join(rule.aliases, ", "))), cell(rule.rule),
                rule.rule.empty() ? "" : predicted,
                rule.cannot_run.empty() ? "yes" : cell(rule.cannot_run));
     if (counts.empty() || counts.back().library != library)
