@@ -97,7 +97,7 @@ std::vector<PairSpec> modern_zoo_pairs(const PlanRequest& base) {
 // torch.optim's own classes run through a program's Python resolvers
 // (bridge/): their names resolve only where one is registered.
 std::vector<PairSpec> torch_zoo_pairs(const PlanRequest& base) {
-  TORCH_CHECK(optim::has_resolver(torch_optimizers().front()),
+  TORCH_CHECK(runs_torch_rules(),
               "table torch-zoo: this program runs no Python rules (a twin-run "
               "built without Python support: install python3-dev, "
               "pybind11-dev and python3-torch, then reconfigure)");
@@ -298,8 +298,7 @@ std::vector<int64_t> default_merge_steps(int64_t steps) {
 std::vector<std::string> table_names() {
   std::vector<std::string> out;
   for (const auto& c : kConfigs) {
-    if (c.pairs == torch_zoo_pairs &&
-        !optim::has_resolver(torch_optimizers().front()))
+    if (c.pairs == torch_zoo_pairs && !runs_torch_rules())
       continue;  // not in a program without Python rules
     out.push_back(c.name);
   }
@@ -393,11 +392,25 @@ std::vector<std::string> modern_optimizers() {
           "muon-torch", "cautious-sgd", "cautious-adam"};
 }
 
+namespace {
+
+// The torch-zoo's first rule, torch.optim.Adam at its rate.
+constexpr char kTorchAdam[] = R"(torch:Adam{"lr":0.001})";
+
+}  // namespace
+
+bool runs_torch_rules() {
+  // Asks the registry only: resolving a name would start Python and import
+  // torch (seconds), which every twin-run would then pay for its table
+  // list.
+  return optim::has_resolver(kTorchAdam);
+}
+
 std::vector<std::string> torch_optimizers() {
   // Canonical names (keys sorted, no spaces): lr is each one's rate on the
   // Table-3 model, chosen so that it trains (docs/results.md lists the
   // rates tried).
-  std::vector<std::string> names = {R"(torch:Adam{"lr":0.001})",
+  std::vector<std::string> names = {kTorchAdam,
           R"(torch:AdamW{"lr":0.001,"weight_decay":0})",
           R"(torch:NAdam{"lr":0.001})",
           R"(torch:RAdam{"lr":0.001})",

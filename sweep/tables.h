@@ -83,7 +83,12 @@ std::vector<std::string> modern_optimizers();
 // 0), NAdam, RAdam, Adamax, Adagrad, Adadelta, RMSprop, Rprop, ASGD, SGD
 // plain, heavy-ball and Nesterov. The table exists only in a program whose
 // registry resolves them (optim::has_resolver: twin-run with Python).
+// Listing them may start Python (torch.optim.Muon is probed for).
 std::vector<std::string> torch_optimizers();
+
+// Whether this program resolves the torch-zoo's rules, asked of the
+// registry without starting Python.
+bool runs_torch_rules();
 
 // The merge steps of a run of `steps` steps when none are given: 1, 100 and
 // the last, those within the run (docs/protocol.md §9).
