@@ -4,10 +4,6 @@
 # runs, so that a GPU machine has only the GPU left to prove.
 #
 #   scripts/ci-cuda.sh [ctest arguments]
-#   scripts/ci-cuda.sh --prepare   phases 1 and 2 only (the downloads), so
-#                                  that .ci/run overlaps them with the
-#                                  Debian suite; the full run then finds
-#                                  both cached and spends seconds on them
 #
 # Phases, each timed:
 #   1. the wheel's venv (scripts/torch-venv.sh --ci; cached in
@@ -44,10 +40,6 @@ command -v nvcc >/dev/null ||
 
 phase "torch wheel venv (with tests/python/requirements.txt)" scripts/torch-venv.sh --ci
 phase "header dependencies (Debian 13) into deps/" scripts/make-deps.sh deps
-if [[ ${1:-} == --prepare ]]; then
-  echo "ci-cuda: prepared in $((SECONDS - start)) s"
-  exit 0
-fi
 phase "build against the wheel's LibTorch (build-cuda/, C++20) and link check" \
   scripts/build-cuda.sh build-cuda
 phase "test suite, CUDA build" ctest --test-dir build-cuda -j "$(nproc)" --output-on-failure -LE cluster "$@"
