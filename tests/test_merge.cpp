@@ -14,6 +14,7 @@
 #include <iterator>
 
 #include "data/modular.h"
+#include "data/sha256.h"
 #include "helpers.h"
 #include "optim/registry.h"
 #include "twins/defaults.h"
@@ -401,24 +402,52 @@ TEST(Snapshot, MissingCorruptOrMismatchedFilesAreOneLineErrorsNamingTheFile) {
     ASSERT_EQ(load_error(dir), "");
   };
 
+  // Any change to a model file since it was saved: spec.json recorded its
+  // SHA-256.
+  const std::string changed = "is not the file its spec.json recorded";
   put(m1, good_m1.substr(0, good_m1.size() / 2));  // truncated
-  expect_error(dir, m1, "not a readable model archive");
+  expect_error(dir, m1, changed);
   put(m1, std::string(1000, 'x'));  // not an archive at all
-  expect_error(dir, m1, "not a readable model archive");
+  expect_error(dir, m1, changed);
   restore();
   fs::remove(m1);
   expect_error(dir, m1, "does not exist");
   restore();
-  fs::copy_file(other_shape / "model2.pt", m2,
+  // Copy 2 of another pair of the same shape (an adam pair's into an sgd
+  // pair's folder would be measured as the sgd pair's).
+  TrainedPair adam("adam", torch::kFloat, 2);
+  const fs::path same_shape = save(adam, "adam");
+  ASSERT_NE(slurp(same_shape / "model2.pt"), good_m2);
+  fs::copy_file(same_shape / "model2.pt", m2,
                 fs::copy_options::overwrite_existing);
+  expect_error(dir, m2, changed);
+  restore();
+  // A model file put in place with its digest recorded too (by hand, or
+  // by another tool): what it holds is still checked.
+  auto put_recorded = [&](const fs::path& model, const std::string& bytes) {
+    put(model, bytes);
+    nlohmann::json j = nlohmann::json::parse(slurp(spec));
+    j["model_sha256"][model == m1 ? 0 : 1] = data::sha256_hex(bytes);
+    put(spec, j.dump(2));
+  };
+  put_recorded(m1, good_m1.substr(0, good_m1.size() / 2));
+  expect_error(dir, m1, "not a readable model archive");
+  restore();
+  put_recorded(m2, slurp(other_shape / "model2.pt"));
   expect_error(dir, m2,
                "tensor 'tok_emb' has shape [12, 32], expected [12, 16]");
-  fs::copy_file(other_dtype / "model2.pt", m2,
-                fs::copy_options::overwrite_existing);
+  put_recorded(m2, slurp(other_dtype / "model2.pt"));
   expect_error(dir, m2, "expected float32");
-  fs::copy_file(other_task / "model1.pt", m2,
-                fs::copy_options::overwrite_existing);
+  put_recorded(m2, slurp(other_task / "model1.pt"));
   expect_error(dir, m2, "tensor 'tok_emb' has shape [14, 16]");
+  restore();
+  // A spec.json without the digests (an earlier twins's).
+  {
+    nlohmann::json j = nlohmann::json::parse(good_spec);
+    j.erase("model_sha256");
+    put(spec, j.dump(2));
+    expect_error(dir, spec, "has no 'model_sha256'");
+  }
   restore();
   fs::remove(spec);
   expect_error(dir, spec, "does not exist");

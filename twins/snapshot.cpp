@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "data/sha256.h"
 #include "twins/io.h"
 #include "twins/merge.h"
 #include "twins/metrics.h"
@@ -40,17 +42,35 @@ json spec_json(const PairSpec& spec, int64_t step) {
   return j;
 }
 
-void write_model(const std::string& path, const model::Transformer& m) {
+// Writes copy `m` to `path`; returns the file's SHA-256, which spec.json
+// records so that a copy is read back only beside its own spec.
+std::string write_model(const std::string& path, const model::Transformer& m) {
   torch::serialize::OutputArchive archive;
   for (const auto& item : m->named_parameters()) {
     archive.write(item.key(), item.value().detach().cpu());
   }
   std::ostringstream bytes;
   archive.save_to(bytes);
-  write_text_atomically(path, bytes.str());
+  const std::string text = bytes.str();
+  write_text_atomically(path, text);
+  return data::sha256_hex(text);
 }
 
-PairSpec read_spec(const std::string& path, int64_t* step) {
+// The SHA-256 spec.json records for model file `index` (0 or 1).
+std::string recorded_digest(const json& spec, size_t index,
+                            const std::string& path) {
+  const auto digests = spec.find("model_sha256");
+  TORCH_CHECK(digests != spec.end() && digests->is_array() &&
+                  digests->size() == 2 && (*digests)[index].is_string(),
+              "saved pair: '", path,
+              "' has no 'model_sha256' (two digests: saved by an earlier "
+              "twins, whose copies cannot be checked against it; save the "
+              "pair again)");
+  return (*digests)[index].get<std::string>();
+}
+
+PairSpec read_spec(const std::string& path, int64_t* step,
+                   std::array<std::string, 2>* digests) {
   TORCH_CHECK(fs::is_regular_file(path), "saved pair: '", path,
               "' does not exist");
   const std::string text = read_file(path, "saved pair file");
@@ -76,6 +96,8 @@ PairSpec read_spec(const std::string& path, int64_t* step) {
   *step = j["saved_step"].get<int64_t>();
   TORCH_CHECK(*step >= 0 && *step <= spec.steps, "saved pair: '", path,
               "': saved_step ", *step, " outside 0..", spec.steps);
+  for (size_t i = 0; i < 2; ++i)
+    (*digests)[i] = recorded_digest(j, i, path);
   return spec;
 }
 
@@ -96,15 +118,22 @@ void check_expected(const PairSpec& got, const PairSpec& want,
     same("ctx", got.ctx, want.ctx);
 }
 
-// Reads `path` into m's parameters: exactly m's names, shapes and `dtype`.
+// Reads `path` into m's parameters: the file spec.json recorded (`digest`),
+// exactly m's names, shapes and `dtype`.
 void read_model(const std::string& path, model::Transformer& m,
-                torch::Dtype dtype) {
+                torch::Dtype dtype, const std::string& digest) {
   TORCH_CHECK(fs::is_regular_file(path), "saved pair: '", path,
               "' does not exist");
+  const std::string bytes = read_file(path, "saved model");
+  TORCH_CHECK(data::sha256_hex(bytes) == digest, "saved pair: '", path,
+              "' is not the file its spec.json recorded (its SHA-256 "
+              "differs: changed, damaged or copied from another pair since "
+              "it was saved)");
   torch::serialize::InputArchive archive;
   std::vector<std::string> keys;
   try {
-    archive.load_from(path);
+    std::istringstream in(bytes);
+    archive.load_from(in);
     keys = archive.keys();
   } catch (const c10::Error& e) {
     TORCH_CHECK(false, "saved pair: '", path,
@@ -175,9 +204,10 @@ void save_pair(const std::string& dir, const PairSpec& spec, int64_t step,
   const std::string spec_path = (d / kSnapshotSpecFile).string();
   fs::remove(spec_path, ec);  // an older snapshot stops loading first
   TORCH_CHECK(!ec, "Cannot remove '", spec_path, "': ", ec.message());
-  write_model((d / kSnapshotModelFiles[0]).string(), m1);
-  write_model((d / kSnapshotModelFiles[1]).string(), m2);
-  write_text_atomically(spec_path, spec_json(spec, step).dump(2) + "\n");
+  json j = spec_json(spec, step);
+  j["model_sha256"] = {write_model((d / kSnapshotModelFiles[0]).string(), m1),
+                       write_model((d / kSnapshotModelFiles[1]).string(), m2)};
+  write_text_atomically(spec_path, j.dump(2) + "\n");
 }
 
 SavedPair load_pair(const std::string& dir, const torch::Device& device,
@@ -185,7 +215,8 @@ SavedPair load_pair(const std::string& dir, const torch::Device& device,
   const fs::path d(dir);
   const std::string spec_path = (d / kSnapshotSpecFile).string();
   SavedPair s;
-  s.spec = read_spec(spec_path, &s.step);
+  std::array<std::string, 2> digests;
+  s.spec = read_spec(spec_path, &s.step, &digests);
   if (expected != nullptr)
     check_expected(s.spec, *expected, spec_path);
   s.task = make_task(s.spec, device);
@@ -193,7 +224,8 @@ SavedPair load_pair(const std::string& dir, const torch::Device& device,
   model::Transformer* models[2] = {&s.m1, &s.m2};
   for (int i = 0; i < 2; ++i) {
     *models[i] = model::build(cfg, s.spec.init_seed, s.spec.dtype, device);
-    read_model((d / kSnapshotModelFiles[i]).string(), *models[i], s.spec.dtype);
+    read_model((d / kSnapshotModelFiles[i]).string(), *models[i], s.spec.dtype,
+               digests[i]);
   }
   return s;
 }

@@ -4,7 +4,9 @@
 //
 // A snapshot directory holds
 //   spec.json   the pair's spec as the result record writes it, plus the
-//               step the copies were saved at ("saved_step");
+//               step the copies were saved at ("saved_step") and the
+//               SHA-256 of model1.pt and model2.pt ("model_sha256"): a
+//               copy is read back only beside its own spec;
 //   model1.pt   copy 1: a LibTorch archive, one tensor per named parameter
 //   model2.pt   copy 2  (named as Module::named_parameters() names them),
 //               on the CPU in the run's dtype.
