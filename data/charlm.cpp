@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "twins_paths.h"  // generated: TWINS_SOURCE_DATA_DIR
@@ -60,6 +62,19 @@ Corpus Corpus::load(const std::string& path) {
               "': no such file");
   TORCH_CHECK(!fs::is_directory(path, ec), "Cannot read corpus '", path,
               "': it is a directory");
+  // A pipe (`--data <(zcat corpus.gz)`) can be read once, and a run loads
+  // its corpus several times (for the key's hash, then for each group):
+  // what a pipe gave is kept for the rest of the process.
+  static std::mutex piped_mutex;
+  static std::map<std::string, Corpus> piped;
+  const bool regular = fs::is_regular_file(path, ec);
+  std::unique_lock<std::mutex> lock(piped_mutex, std::defer_lock);
+  if (!regular) {
+    lock.lock();
+    const auto it = piped.find(path);
+    if (it != piped.end())
+      return it->second;
+  }
   std::ifstream f(path, std::ios::binary);
   TORCH_CHECK(f.good(), "Cannot read corpus '", path, "': ",
               std::strerror(errno));
@@ -75,6 +90,8 @@ Corpus Corpus::load(const std::string& path) {
   c.vocab = c.codepoints;
   std::sort(c.vocab.begin(), c.vocab.end());
   c.vocab.erase(std::unique(c.vocab.begin(), c.vocab.end()), c.vocab.end());
+  if (!regular)
+    piped[path] = c;
   return c;
 }
 

@@ -3,8 +3,15 @@
 // model.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "data/charlm.h"
 #include "optim/registry.h"
@@ -147,6 +154,44 @@ TEST(Corpus, ErrorsNameTheFileAndTheProblem) {
   EXPECT_NE(load_error(dir.string()).find("directory"), std::string::npos);
   // Long enough: 10 * (ctx + 2) characters.
   EXPECT_EQ(load_error(write("ok.txt", std::string(180, 'b') + "c"), 16), "");
+  fs::remove_all(dir);
+}
+
+// `--data <(zcat corpus.gz)`: a pipe gives its text once; every later load
+// of the same path in the process is that text (it read as empty before).
+TEST(Corpus, APipeIsReadOnceAndKept) {
+  const fs::path dir = fs::temp_directory_path() / "twins-corpus-pipe";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path fifo = dir / "corpus";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string text = "to be or not to be\n";
+  std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << text; });
+  const auto first = data::Corpus::load(fifo.string());
+  writer.join();
+  // No writer now: a second read of the pipe would block, so a watchdog
+  // gives it an end after 20 s (and the test fails instead of hanging).
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 2000 && !done; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!done) {
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0)
+        ::close(fd);
+    }
+  });
+  data::Corpus second;
+  try {
+    second = data::Corpus::load(fifo.string());
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  done = true;
+  watchdog.join();
+  EXPECT_EQ(first.codepoints.size(), text.size());
+  EXPECT_EQ(second.codepoints, first.codepoints);
+  EXPECT_EQ(second.sha256, first.sha256);
   fs::remove_all(dir);
 }
 
