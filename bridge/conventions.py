@@ -28,6 +28,7 @@ with: its shape, dtype, device and requires_grad.
 
 import contextlib
 import inspect
+import os
 import random
 import sys
 import threading
@@ -89,15 +90,25 @@ def _cuda_in_use():
     return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
+def _refuse_exit(status):
+    raise RuntimeError(
+        f"the rule called os._exit({status}), which would end the process "
+        "without its records")
+
+
 class _Isolated:
     """The global torch state outside a rule, put back when the rule
-    returns; the rule's own stream in the generators while it runs."""
+    returns; the rule's own stream in the generators while it runs; and
+    os._exit refused while it runs (it would end twin-run, or the
+    notebook, at once: no record, no error, exit status 0)."""
 
     def __init__(self, stream):
         self.stream = stream
 
     def __enter__(self):
         _lock.acquire()
+        self.exit = os._exit
+        os._exit = _refuse_exit
         self.compile = _compile_config()
         if self.compile is not None:
             self.compiling = self.compile.disable
@@ -142,6 +153,7 @@ class _Isolated:
             if self.compile is not None:
                 self.compile.disable = self.compiling
         finally:
+            os._exit = self.exit
             _lock.release()
         return False
 
@@ -547,3 +559,162 @@ def signature_defaults(fn):
         return {}
     return {p.name: p.default for p in params
             if p.default is not inspect.Parameter.empty}
+
+
+# ---------------------------------------------------------------------------
+# A callable's identity (twins.run(SomeClass)): what decides its numbers.
+
+class _Identity:
+    """The text a callable rule's name hashes: its code (the source where
+    Python has it, else its code objects), defaults, closure values and
+    the globals its code reads (plain values by repr, the user's own
+    functions and classes followed), a functools.partial's function and
+    arguments, a class's members and its bases'. Library code (installed
+    distributions, the standard library) counts by name and version. A
+    value whose repr is its address (an arbitrary object) makes the hash
+    this process's alone: its records are never resumed by another."""
+
+    def __init__(self):
+        self.seen = set()
+        self.parts = []
+
+    def of(self, obj):
+        import functools
+        if isinstance(obj, functools.partial):
+            self.parts.append("partial")
+            self.of(obj.func)
+            self.parts.append("args " + self.value(obj.args))
+            self.parts.append("keywords " + self.value(obj.keywords or {}))
+        elif id(obj) in self.seen:
+            self.parts.append("seen " + self.name(obj))
+        elif self.library(obj):
+            self.parts.append("library " + self.name(obj) + " " + self.version(obj))
+        elif isinstance(obj, type):
+            self.seen.add(id(obj))
+            self.klass(obj)
+        elif inspect.isfunction(obj) or inspect.ismethod(obj):
+            self.seen.add(id(obj))
+            self.function(getattr(obj, "__func__", obj))
+        else:
+            self.parts.append("value " + self.value(obj))
+        return self.parts
+
+    @staticmethod
+    def name(obj):
+        return (f"{getattr(obj, '__module__', '?')}."
+                f"{getattr(obj, '__qualname__', type(obj).__qualname__)}")
+
+    @staticmethod
+    def library(obj):
+        import sysconfig
+        module = sys.modules.get(getattr(obj, "__module__", None) or "")
+        if module is None:
+            return False  # type() or exec with a module name of their own
+        # Only what the module itself defines under that name: a class made
+        # by exec() without __name__ calls itself builtins' own.
+        found = module
+        for part in (getattr(obj, "__qualname__", "") or "?").split("."):
+            found = getattr(found, part, None)
+        if found is not obj:
+            return False
+        if module.__name__ in sys.builtin_module_names:
+            return True
+        path = getattr(module, "__file__", None)
+        if not path:
+            return False  # __main__ of a notebook
+        stdlib = sysconfig.get_paths()["stdlib"]
+        return ("site-packages" in path or "dist-packages" in path
+                or path.startswith(stdlib))
+
+    _distributions = None  # importlib.metadata.packages_distributions()
+
+    @classmethod
+    def version(cls, obj):
+        top = (getattr(obj, "__module__", "") or "").split(".")[0]
+        try:
+            import importlib.metadata as metadata
+            if cls._distributions is None:
+                cls._distributions = metadata.packages_distributions()
+            dists = cls._distributions.get(top, [])
+            if dists:
+                return f"{dists[0]}=={metadata.version(dists[0])}"
+        except Exception:
+            pass
+        return f"python {sys.version.split()[0]}"
+
+    def value(self, value, depth=0):
+        if isinstance(value, (bool, int, float, complex, str, bytes, type(None))):
+            return repr(value)
+        if depth < 4 and isinstance(value, (tuple, list)):
+            return (type(value).__name__ + "("
+                    + ",".join(self.value(v, depth + 1) for v in value) + ")")
+        if depth < 4 and isinstance(value, (set, frozenset)):
+            return "set(" + ",".join(sorted(self.value(v, depth + 1) for v in value)) + ")"
+        if depth < 4 and isinstance(value, dict):
+            items = sorted((self.value(k, depth + 1), self.value(v, depth + 1))
+                           for k, v in value.items())
+            return "{" + ",".join(f"{k}:{v}" for k, v in items) + "}"
+        if isinstance(value, type(sys)):
+            return "module " + value.__name__
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().cpu().flatten()
+            if flat.numel() > 4096:  # its first values and two sums
+                flat = [flat[:16].tolist(), flat.sum().item(), flat.abs().sum().item()]
+            else:
+                flat = flat.tolist()
+            return f"tensor {value.dtype} {tuple(value.shape)} {flat}"
+        if isinstance(value, type) or inspect.isfunction(value) or inspect.ismethod(value):
+            if self.library(value):
+                return "library " + self.name(value)
+            if id(value) not in self.seen:
+                self.of(value)  # the user's own helper: its code counts too
+            return "own " + self.name(value)
+        return repr(value)
+
+    def code(self, fn):
+        try:
+            return inspect.getsource(fn)
+        except (OSError, TypeError):
+            import marshal
+            return marshal.dumps(fn.__code__).hex()
+
+    def function(self, fn):
+        self.parts.append("function " + self.name(fn))
+        self.parts.append(self.code(fn))
+        self.parts.append("defaults " + self.value(fn.__defaults__))
+        self.parts.append("kwdefaults " + self.value(fn.__kwdefaults__))
+        for cell in fn.__closure__ or ():
+            try:
+                self.parts.append("closure " + self.value(cell.cell_contents))
+            except ValueError:  # an empty cell
+                self.parts.append("closure empty")
+        try:
+            read = inspect.getclosurevars(fn).globals
+        except (TypeError, ValueError):
+            read = {}
+        for name in sorted(read):
+            self.parts.append(f"global {name} " + self.value(read[name]))
+
+    def klass(self, cls):
+        self.parts.append("class " + self.name(cls))
+        for base in cls.__mro__[1:]:
+            if base is not object:
+                self.of(base)
+        skip = {"__dict__", "__weakref__", "__module__", "__qualname__", "__doc__"}
+        for name, member in sorted(vars(cls).items()):
+            if name in skip:
+                continue
+            if isinstance(member, (staticmethod, classmethod)):
+                member = member.__func__
+            if isinstance(member, property):
+                member = member.fget
+            if inspect.isfunction(member):
+                self.parts.append("member " + name)
+                self.function(member)
+            else:
+                self.parts.append(f"member {name} " + self.value(member))
+
+
+def callable_identity(fn):
+    """What a callable rule is, for its name's hash (_Identity)."""
+    return "\n".join(_Identity().of(fn))

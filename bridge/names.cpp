@@ -441,44 +441,11 @@ optim::OptimizerInfo resolve_callable(const std::string& name) {
   return it->second;
 }
 
-// What a Python callable is, for its name's hash: the source where Python
-// has it, else the code objects; plus defaults and closure values, which
-// the source does not show.
+// What a Python callable is, for its name's hash (conventions.py,
+// callable_identity: its code, defaults, closure, the globals it reads, a
+// partial's arguments, a class's members and bases).
 std::string callable_identity(const py::object& fn) {
-  py::module_ marshal = py::module_::import("marshal");
-  py::object builtins = py::module_::import("builtins");
-  std::string identity;
-  try {
-    identity = py::module_::import("inspect")
-                   .attr("getsource")(fn)
-                   .cast<std::string>();
-  } catch (const py::error_already_set&) {
-    py::list codes;
-    if (py::hasattr(fn, "__code__")) {
-      codes.append(fn.attr("__code__"));
-    } else {
-      py::dict members = builtins.attr("dict")(builtins.attr("vars")(fn));
-      py::list keys = builtins.attr("sorted")(members);
-      for (const auto& key : keys) {
-        py::object member = members[key];
-        if (py::hasattr(member, "__func__"))
-          member = member.attr("__func__");
-        if (py::hasattr(member, "__code__"))
-          codes.append(member.attr("__code__"));
-      }
-    }
-    for (const auto& code : codes)
-      identity += marshal.attr("dumps")(code).cast<std::string>();
-  }
-  for (const char* attr : {"__defaults__", "__kwdefaults__"}) {
-    if (py::hasattr(fn, attr))
-      identity += py::repr(fn.attr(attr)).cast<std::string>();
-  }
-  if (py::hasattr(fn, "__closure__") && !fn.attr("__closure__").is_none()) {
-    for (const auto& cell : fn.attr("__closure__"))
-      identity += py::repr(cell.attr("cell_contents")).cast<std::string>();
-  }
-  return identity;
+  return conventions().attr("callable_identity")(fn).cast<std::string>();
 }
 
 // The callables live in a Python dict (module _twins_rules), so that

@@ -694,17 +694,25 @@ class Raises(torch.optim.SGD):
         if self.t == 2:
             raise RuntimeError("bad step")
         return super().step()
+class Exits(torch.optim.SGD):
+    def step(self):
+        import os
+        os._exit(0)
 )";
   const std::string model =
       " --task mod11 --depth 2 --d-model 16 --heads 4 --steps 5 --lr 0.1 ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--opt py:missing.py:Rule", "no such file 'missing.py'"},
-      {"--opt py:rules.py:Nope", "defines no 'Nope' (it defines Raises)"},
+      {"--opt py:rules.py:Nope", "defines no 'Nope' (it defines Raises, Exits)"},
       {"--opt 'torch:SGD{\"momentum\": -1}'",
        "rejected its arguments: ValueError: Invalid momentum value: -1"},
       {"--opt torch:Adam --opt-args '{\"momentum\": 0.9}'",
        "rejected its arguments: TypeError"},
       {"--opt adam --opt-args '{\"momentum\": 0.9}'", "--opt names none"},
+      // os._exit would end twin-run with status 0 and an empty file.
+      {"--opt py:rules.py:Exits",
+       "step() raised at step 1: RuntimeError: the rule called os._exit(0), "
+       "which would end the process without its records"},
       {"--opt py:rules.py:Raises",
        ":Raises: step() raised at step 2: RuntimeError: bad step"}};
   auto check = [&](const std::string& command, const std::string& message) {

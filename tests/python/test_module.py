@@ -128,6 +128,35 @@ class ModuleTest(unittest.TestCase):
 
         self.assertNotEqual(twins.resolve(sgd_at(0.9)), twins.resolve(sgd_at(0.5)))
         self.assertEqual(twins.resolve(ScalarAdam), twins.resolve(ScalarAdam))
+
+    def test_the_identity_covers_what_has_no_source(self):
+        import functools
+        # A partial: its arguments (both once hashed the SHA-256 of nothing,
+        # so the second run returned the first's records).
+        plain = functools.partial(torch.optim.SGD, momentum=0.0)
+        nesterov = functools.partial(torch.optim.SGD, momentum=0.9, nesterov=True)
+        self.assertNotEqual(twins.resolve(plain), twins.resolve(nesterov))
+        self.assertEqual(twins.resolve(plain),
+                         twins.resolve(functools.partial(torch.optim.SGD, momentum=0.0)))
+        self.assertNotIn("#e3b0c44298fc1c14", twins.resolve(plain))
+        # Classes made by type() and exec: their members.
+        low = type("Rule", (torch.optim.SGD,), {"scale": 1.0})
+        high = type("Rule", (torch.optim.SGD,), {"scale": 2.0})
+        self.assertNotEqual(twins.resolve(low), twins.resolve(high))
+        ns_a, ns_b = {}, {}
+        exec("import torch\nclass R(torch.optim.SGD):\n    def step(self, closure=None):\n"
+             "        return super().step()\n", ns_a)
+        exec("import torch\nclass R(torch.optim.SGD):\n    def step(self, closure=None):\n"
+             "        self.param_groups[0]['lr'] *= 2\n        return super().step()\n", ns_b)
+        self.assertNotEqual(twins.resolve(ns_a["R"]), twins.resolve(ns_b["R"]))
+
+    def test_the_identity_follows_the_globals_a_rule_reads(self):
+        ns = {"torch": torch, "MOMENTUM": 0.9}
+        exec("def factory(groups, lr):\n"
+             "    return torch.optim.SGD(groups, lr=lr, momentum=MOMENTUM)\n", ns)
+        before = twins.resolve(ns["factory"])
+        ns["MOMENTUM"] = 0.5  # a notebook cell changed the global
+        self.assertNotEqual(twins.resolve(ns["factory"]), before)
         self.assertNotEqual(twins.resolve(ScalarAdam, args={"eps": 1e-6}),
                             twins.resolve(ScalarAdam))
 
