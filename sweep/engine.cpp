@@ -432,9 +432,13 @@ void run_groups(const std::vector<PairSpec>& pairs,
   const bool checkpointed = options.state.enabled() && !saved;
   try {
     const twins::StopSignals signals(checkpointed && options.stop_signals);
-    Slots(order(pairs, todo, options, checkpointed), todo.size(), options,
-          saved, outcome)
-        .run();
+    std::vector<Group> groups = order(pairs, todo, options, checkpointed);
+    for (const Group& group : groups) {
+      if (!group.checkpoint_path.empty())
+        twins::GroupCheckpoint(group.checkpoint_path, options.state)
+            .check_before_start(group.pairs.front());
+    }
+    Slots(std::move(groups), todo.size(), options, saved, outcome).run();
   } catch (const twins::Stopped& stopped) {
     remove_if_empty();
     throw twins::Stopped(

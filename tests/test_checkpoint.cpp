@@ -7,11 +7,14 @@
 // The second half runs the binary: SIGKILL between a checkpoint's write and
 // its rename, and after it, and SIGTERM / SIGINT with their exit statuses.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -280,8 +283,91 @@ TEST_F(BadCheckpoint, AFlippedByteIsRefused) {
   std::string bytes = slurp(file_);
   bytes[bytes.size() - 100] ^= 0x40;
   std::ofstream(file_, std::ios::binary) << bytes;
-  EXPECT_NE(error_of(group_).find("does not match its SHA-256"),
+  EXPECT_NE(error_of(group_).find("header or data do not match its SHA-256"),
             std::string::npos);
+}
+
+// The header is digested with the archive: one digit of a partial curve
+// changed by hand would otherwise be recorded as measured (and a twin's
+// index changed would resume one twin from another's weights).
+TEST_F(BadCheckpoint, AnEditedHeaderIsRefused) {
+  std::string bytes = slurp(file_);
+  const size_t curve = bytes.find("\"curve\":");
+  ASSERT_NE(curve, std::string::npos);
+  const size_t digit = bytes.find_first_of("123456789", curve);
+  ASSERT_LT(digit, bytes.find('\n', curve)) << "the curve is in the header";
+  bytes[digit] = bytes[digit] == '9' ? '1' : char(bytes[digit] + 1);
+  std::ofstream(file_, std::ios::binary) << bytes;
+  const std::string e = error_of(group_);
+  EXPECT_NE(e.find("header or data do not match its SHA-256"),
+            std::string::npos)
+      << e;
+  EXPECT_TRUE(fs::exists(file_));
+}
+
+// A whole, digested header without a field this twins reads (another
+// version's, or written by hand) names the file and the field, not the
+// JSON library's words alone.
+TEST_F(BadCheckpoint, AHeaderWithoutAFieldNamesTheFile) {
+  twins::StateFile state = twins::read_state_file(file_.string());
+  state.header.erase("pairs");
+  twins::write_state_file(file_.string(), state.header, state.payload);
+  const std::string e = error_of(group_);
+  EXPECT_NE(e.find("checkpoint '" + file_.string() + "' is damaged: its "
+                   "header does not have the fields"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("'pairs'"), std::string::npos) << e;
+  EXPECT_NE(e.find("--checkpoint-restart"), std::string::npos) << e;
+}
+
+// A file of the earlier layout (the archive digested, the header not) is
+// refused naming its first line.
+TEST_F(BadCheckpoint, AnEarlierLayoutIsRefusedNamingIt) {
+  std::string bytes = slurp(file_);
+  const size_t digest_line = bytes.find('\n') + 1;
+  bytes = "twins-checkpoint 1\n" + bytes.substr(bytes.find('\n', digest_line) + 1);
+  std::ofstream(file_, std::ios::binary) << bytes;
+  const std::string e = error_of(group_);
+  EXPECT_NE(e.find("its first line 'twins-checkpoint 1' is not this twins' "
+                   "layout 2"),
+            std::string::npos)
+      << e;
+}
+
+// A pipe at the file's name (a SLURM task would block in open() until its
+// time limit): refused, or with restart removed. A watchdog opens the
+// pipe's other end after 20 s, so that a reader that does block fails this
+// test instead of hanging it.
+TEST_F(BadCheckpoint, APipeIsRefusedNotWaitedOn) {
+  for (const bool restart : {false, true}) {
+    fs::remove(file_);
+    ASSERT_EQ(::mkfifo(file_.c_str(), 0600), 0);
+    std::atomic<bool> done{false};
+    std::thread watchdog([&] {
+      for (int i = 0; i < 2000 && !done; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (done)
+        return;
+      const int fd = ::open(file_.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0)
+        ::close(fd);
+    });
+    const std::string e = error_of(group_, restart);
+    done = true;
+    watchdog.join();
+    if (!restart) {
+      EXPECT_NE(e.find("checkpoint '" + file_.string() +
+                       "' is damaged: it is a pipe, not a file"),
+                std::string::npos)
+          << e;
+      EXPECT_TRUE(fs::is_fifo(file_));
+    } else {
+      EXPECT_EQ(e, "");
+      EXPECT_FALSE(fs::exists(file_)) << "the pipe is removed";
+      EXPECT_EQ(records(results_), records(twins::run_group(group_)));
+    }
+  }
 }
 
 TEST_F(BadCheckpoint, AForeignFileIsRefused) {
@@ -308,13 +394,11 @@ TEST_F(BadCheckpoint, AnotherNumericEnvironmentIsRefused) {
   const twins::NumericEnv here = twins::numeric_env("cpu");
   if (here.blas_core == twins::kUnknownEnvironment)
     GTEST_SKIP() << "this build's BLAS has no core type to tell apart";
-  std::string bytes = slurp(file_);
-  const size_t a = bytes.find('\n') + 1, b = bytes.find('\n', a);
-  nlohmann::json h = nlohmann::json::parse(bytes.substr(a, b - a));
-  ASSERT_EQ(h.at("numeric_env").at("blas_core"), here.blas_core);
-  h["numeric_env"]["blas_core"] = here.blas_core + "-other";
-  bytes.replace(a, b - a, h.dump());
-  std::ofstream(file_, std::ios::binary) << bytes;
+  // Written whole, its digest matching, as another machine would write it.
+  twins::StateFile state = twins::read_state_file(file_.string());
+  ASSERT_EQ(state.header.at("numeric_env").at("blas_core"), here.blas_core);
+  state.header["numeric_env"]["blas_core"] = here.blas_core + "-other";
+  twins::write_state_file(file_.string(), state.header, state.payload);
   const std::string e = error_of(group_);
   EXPECT_NE(e.find("another numeric environment (blas_core"),
             std::string::npos)
@@ -374,6 +458,59 @@ std::vector<std::string> file_records(const fs::path& path) {
 // 777's record then appears (as a pair's does the moment it diverges); the
 // rerun must resume both groups, end with the straight run's records and
 // leave no checkpoint behind.
+// Every group's checkpoint is checked before any group trains: a damaged
+// file of the group that would run last, a folder that is a file, a pipe —
+// each a one-line error naming it, with nothing recorded.
+TEST(CheckpointEngine, EveryCheckpointIsCheckedBeforeTheFirstStep) {
+  PairSpec adam = mod_spec("adam", torch::kFloat);
+  PairSpec sgd = mod_spec("sgd", torch::kFloat);
+  std::vector<PairSpec> pairs = triplet(adam);
+  for (const auto& pair : triplet(sgd))
+    pairs.push_back(pair);
+  const fs::path dir = fresh_dir("ckpt-before");
+  sweep::EngineOptions o;
+  o.results_path = (dir / "r.jsonl").string();
+  o.quiet = true;
+  o.state.every_steps = 1;
+  const auto paths = twins::checkpoint_paths(
+      o.results_path, {triplet(adam), triplet(sgd)});
+  auto error_of_run = [&] {
+    try {
+      sweep::run_sweep(pairs, o);
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string();
+  };
+  // The folder is a file.
+  std::ofstream(twins::checkpoint_folder(o.results_path)) << "notes\n";
+  std::string e = error_of_run();
+  EXPECT_NE(e.find("Cannot write checkpoint '" + paths[0] + "': '" +
+                   twins::checkpoint_folder(o.results_path) +
+                   "' is a file, not a directory"),
+            std::string::npos)
+      << e;
+  EXPECT_FALSE(fs::exists(o.results_path)) << "nothing may be recorded";
+  // The sgd group's file (which would run second) is damaged.
+  fs::remove(twins::checkpoint_folder(o.results_path));
+  fs::create_directories(twins::checkpoint_folder(o.results_path));
+  std::ofstream(paths[1]) << "twins-checkpoint 2\nsha256 0\n";
+  e = error_of_run();
+  EXPECT_NE(e.find("checkpoint '" + paths[1] + "' is damaged"),
+            std::string::npos)
+      << e;
+  EXPECT_FALSE(fs::exists(o.results_path)) << "no group may train first";
+  // A pipe is refused before it is opened.
+  fs::remove(paths[1]);
+  ASSERT_EQ(::mkfifo(paths[1].c_str(), 0600), 0);
+  e = error_of_run();
+  EXPECT_NE(e.find("Cannot write checkpoint '" + paths[1] + "': it is a pipe"),
+            std::string::npos)
+      << e;
+  EXPECT_FALSE(fs::exists(o.results_path));
+  fs::remove_all(dir);
+}
+
 TEST(CheckpointEngine, SplitGroupsKeepTheirCheckpointsWhenAPairIsRecorded) {
   PairSpec base = mod_spec("adam", torch::kFloat);
   base.steps = 400;

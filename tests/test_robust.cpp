@@ -108,6 +108,24 @@ TEST(Outputs, AggregateAndPlotNeverWriteOverTheirInputs) {
   fs::remove_all(dir);
 }
 
+// A name with a newline ($'new\nline.svg') would cut the one-line error
+// that names it and break the gnuplot script that reads it: refused before
+// anything is written, shown escaped; no .dat, .gp or log left behind.
+TEST(Outputs, ANameWithANewlineIsRefusedBeforeAnythingIsWritten) {
+  const fs::path dir = fresh_dir("newline");
+  ASSERT_EQ(twin_run(kPair + " --out a.jsonl", dir).code, 0);
+  const std::vector<std::string> before = files_in(dir);
+  expect_refused("plot a.jsonl -o 'out/new\nline.svg'",
+                 "Cannot write plot file 'out/new\\nline", dir);
+  expect_refused(kPair + " --out 'new\nline.jsonl'",
+                 "'new\\nline.jsonl': the name holds a control character",
+                 dir);
+  expect_refused(kPair + " --out a2.jsonl --save-models 'm\tdir'",
+                 "'m\\tdir'", dir);
+  EXPECT_EQ(files_in(dir), before);
+  fs::remove_all(dir);
+}
+
 // The atomic save renames over its target: only a regular file (or a new
 // path) may be there. A directory, a pipe, a symbolic link and a device are
 // refused and left as they were.

@@ -195,9 +195,9 @@ std::vector<size_t> read_partials(const nlohmann::json& header,
 
 // The checks of a header against the group that reads it: the same
 // configuration, written under the same numeric environment.
-void check_header(const nlohmann::json& header, const Lockstep& group,
+void check_header(const nlohmann::json& header, const PairSpec& reference,
                   const std::string& path) {
-  const std::string want = group_state_key(group.spec(0));
+  const std::string want = group_state_key(reference);
   const std::string have = header.value("group", std::string());
   TORCH_CHECK(have == want, "checkpoint '", path,
               "' was written for another configuration ('", have,
@@ -210,7 +210,7 @@ void check_header(const nlohmann::json& header, const Lockstep& group,
   const std::string env =
       environment_difference(numeric_env_from_json(header.value(
                                  "numeric_env", nlohmann::json::object())),
-                             numeric_env(group.spec(0).device));
+                             numeric_env(reference.device));
   TORCH_CHECK(env.empty(), "checkpoint '", path,
               "' was written under another numeric environment (", env,
               ": checkpoint vs this process); resume it on the same kind "
@@ -279,6 +279,23 @@ void GroupCheckpoint::remove_unfinished_writes() const {
   }
 }
 
+void GroupCheckpoint::check_before_start(const PairSpec& reference) const {
+  if (!enabled())
+    return;
+  std::error_code ec;
+  const bool present =
+      fs::symlink_status(path_, ec).type() != fs::file_type::not_found;
+  if (present && policy_.restart) {
+    // resume() removes a file it cannot use; its folder must take the next.
+    check_output_directory(fs::path(path_).parent_path().string(),
+                           "checkpoint folder");
+    return;
+  }
+  check_output_file(path_, "checkpoint");
+  if (present)
+    check_header(read_state_file(path_).header, reference, path_);
+}
+
 std::optional<GroupProgress> GroupCheckpoint::resume(
     Lockstep& group, std::vector<PairResult>& results,
     const std::vector<int64_t>& measurement_steps) {
@@ -312,7 +329,24 @@ GroupProgress GroupCheckpoint::load(
     const nlohmann::json& header, const std::string& payload, Lockstep& group,
     std::vector<PairResult>& results,
     const std::vector<int64_t>& measurement_steps) {
-  check_header(header, group, path_);
+  try {
+    return load_checked(header, payload, group, results, measurement_steps);
+  } catch (const nlohmann::json::exception& e) {
+    // A header that passed its digest yet lacks a field or holds another
+    // type: written by another twins, or by hand.
+    TORCH_CHECK(false, "checkpoint '", path_,
+                "' is damaged: its header does not have the fields this "
+                "twins writes (",
+                e.what(), "; rerun with --checkpoint-restart to start its "
+                "group afresh)");
+  }
+}
+
+GroupProgress GroupCheckpoint::load_checked(
+    const nlohmann::json& header, const std::string& payload, Lockstep& group,
+    std::vector<PairResult>& results,
+    const std::vector<int64_t>& measurement_steps) {
+  check_header(header, group.spec(0), path_);
   const std::vector<size_t> source =
       read_partials(header, group, results, path_);
   const int64_t step = header.at("step").get<int64_t>();
@@ -413,11 +447,16 @@ void write_state_file(const std::string& path, nlohmann::json header,
   const KillHook hook = kill_hook();
   const long write = ++writes;
   header["payload_bytes"] = payload.size();
-  header["payload_sha256"] = data::sha256_hex(payload);
-  std::string text = fmt::format("{} {}\n", kMagic, kStateFormat);
-  text += header.dump();
-  text += '\n';
-  text += payload;
+  // The digest covers the header and the archive: an edited partial curve
+  // or pair index is refused like a flipped bit of a tensor.
+  std::string body = header.dump();
+  body += '\n';
+  body += payload;
+  std::string text = fmt::format("{} {}\nsha256 {}\n", kMagic, kFileLayout,
+                                 data::sha256_hex(body));
+  text += body;
+  body.clear();
+  body.shrink_to_fit();
   write_text_atomically(path, text, [&] {
     if (hook.moment == "rename" && hook.write == write)
       kill_self();
@@ -427,38 +466,51 @@ void write_state_file(const std::string& path, nlohmann::json header,
 }
 
 StateFile read_state_file(const std::string& path) {
-  const std::string text = read_file(path, "checkpoint");
   auto damaged = [&](const std::string& why) {
     TORCH_CHECK(false, "checkpoint '", path, "' is damaged: ", why,
                 " (rerun with --checkpoint-restart to start its group "
                 "afresh)");
   };
-  const std::string magic = fmt::format("{} {}\n", kMagic, kStateFormat);
+  // A pipe would block the read (a SLURM task then hangs until its time
+  // limit), a directory fail it with words that do not say why.
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!ec && !fs::is_regular_file(status))
+    damaged(fs::is_fifo(status)        ? "it is a pipe, not a file"
+            : fs::is_directory(status) ? "it is a directory, not a file"
+                                       : "it is not a regular file");
+  const std::string text = read_file(path, "checkpoint");
+  const std::string magic = fmt::format("{} {}\n", kMagic, kFileLayout);
   if (text.compare(0, std::strlen(kMagic), kMagic) != 0)
     damaged("not a twins checkpoint");
   if (text.compare(0, magic.size(), magic) != 0)
-    damaged(fmt::format("another layout than format {}", kStateFormat));
-  const size_t eol = text.find('\n', magic.size());
+    damaged(fmt::format("its first line '{}' is not this twins' layout {}",
+                        text.substr(0, std::min(text.find('\n'), size_t(40))),
+                        kFileLayout));
+  constexpr char kDigest[] = "sha256 ";
+  const size_t digest_at = magic.size() + std::strlen(kDigest);
+  const size_t body_at = digest_at + 64 + 1;
+  if (text.size() < body_at || text[body_at - 1] != '\n' ||
+      text.compare(magic.size(), std::strlen(kDigest), kDigest) != 0)
+    damaged("truncated or without its digest line");
+  const size_t eol = text.find('\n', body_at);
   if (eol == std::string::npos)
     damaged("truncated in its header");
   StateFile file;
   try {
     file.header =
-        nlohmann::json::parse(text.substr(magic.size(), eol - magic.size()));
+        nlohmann::json::parse(text.substr(body_at, eol - body_at));
   } catch (const nlohmann::json::exception&) {
     damaged("its header is not JSON");
   }
   file.payload = text.substr(eol + 1);
   const auto bytes = file.header.find("payload_bytes");
-  const auto digest = file.header.find("payload_sha256");
-  if (bytes == file.header.end() || !bytes->is_number_unsigned() ||
-      digest == file.header.end() || !digest->is_string())
-    damaged("its header has no payload size and digest");
-  if (bytes->get<uint64_t>() != file.payload.size())
+  if (bytes != file.header.end() && bytes->is_number_unsigned() &&
+      bytes->get<uint64_t>() != file.payload.size())
     damaged(fmt::format("{} bytes of data where {} were written",
                         file.payload.size(), bytes->get<uint64_t>()));
-  if (data::sha256_hex(file.payload) != digest->get<std::string>())
-    damaged("its data does not match its SHA-256");
+  if (data::sha256_hex(text.substr(body_at)) != text.substr(digest_at, 64))
+    damaged("its header or data do not match its SHA-256");
   return file;
 }
 

@@ -104,6 +104,15 @@ class GroupCheckpoint {
   bool enabled() const { return !path_.empty(); }
   const std::string& path() const { return path_; }
 
+  // Before any group of the run trains: the file's place can take a file
+  // (its folder a directory this process may write in, no pipe, directory
+  // or link at its name), and a file already there is one `reference`'s
+  // group can resume (whole, of its configuration and numeric environment)
+  // — so that a bad checkpoint is not found after other groups trained,
+  // nor at the first write. With policy.restart an unusable file is left
+  // to resume(), which removes it. Throws naming the file.
+  void check_before_start(const PairSpec& reference) const;
+
   // Before the group's first step: restores `group` and the live twins'
   // curves and merges in `results` from the file when there is one (after
   // removing what a process killed mid-write left beside it), and returns
@@ -132,9 +141,15 @@ class GroupCheckpoint {
 
   void save(Lockstep& group, const std::vector<PairResult>& results,
             const GroupProgress& progress);
+  // Resumes `group` from a file's two parts; a header field missing or of
+  // another type is named as damage (load_checked does the work).
   GroupProgress load(const nlohmann::json& header, const std::string& payload,
                      Lockstep& group, std::vector<PairResult>& results,
                      const std::vector<int64_t>& measurement_steps);
+  GroupProgress load_checked(const nlohmann::json& header,
+                             const std::string& payload, Lockstep& group,
+                             std::vector<PairResult>& results,
+                             const std::vector<int64_t>& measurement_steps);
   void remove_unfinished_writes() const;
   void say(const std::string& line) const;
 
@@ -149,8 +164,14 @@ class GroupCheckpoint {
 // ---------------------------------------------------------------------------
 // The file
 
-// The version of the state file's layout; a file of another is refused.
+// The version of what a state file holds (in the group's key, so in the
+// file's name): a file of another is not found.
 constexpr int kStateFormat = 1;
+
+// The version of the file's framing, its first line (format 1 of the
+// content has had two: 1 digested the archive alone, 2 the header too); a
+// file of another is refused, naming its first line.
+constexpr int kFileLayout = 2;
 
 // What must match for a state file to be resumed by a group: the
 // reference's key with the corpus's content, the record schema and the

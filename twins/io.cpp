@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -39,11 +40,17 @@ const char* file_kind(const struct stat& st) {
   return "not a regular file";
 }
 
-// The inputs of this process (protect_input), by device and inode, with
-// the words that name each.
+// An input of this process: the words that name it, and the path it was
+// marked by.
+struct Input {
+  std::string name;
+  std::string path;
+};
+
+// The inputs of this process (protect_input), by device and inode.
 struct Inputs {
   std::mutex mutex;
-  std::map<std::pair<dev_t, ino_t>, std::string> names;
+  std::map<std::pair<dev_t, ino_t>, Input> names;
 };
 
 Inputs& inputs() {
@@ -57,7 +64,18 @@ std::string input_name(const struct stat& st) {
   Inputs& in = inputs();
   std::lock_guard<std::mutex> lock(in.mutex);
   const auto it = in.names.find({st.st_dev, st.st_ino});
-  return it == in.names.end() ? "" : it->second;
+  if (it == in.names.end())
+    return "";
+  // An input removed since (an empty results file the run had created)
+  // frees its inode for a new file, which is no input: a process that runs
+  // several commands (`import twins`) would refuse it.
+  struct stat now {};
+  if (::stat(it->second.path.c_str(), &now) != 0 ||
+      now.st_dev != st.st_dev || now.st_ino != st.st_ino) {
+    in.names.erase(it);
+    return "";
+  }
+  return it->second.name;
 }
 
 // Throws unless `path` is absent or (following a link only for kAppend) a
@@ -67,8 +85,10 @@ bool check_existing(const std::string& path, const std::string& what,
                     OutputKind kind) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
-    TORCH_CHECK(errno == ENOENT, "Cannot write ", describe(what, path), ": ",
-                std::strerror(errno));
+    // ENOTDIR: a folder on the way is a file, which the check of the
+    // directory then names.
+    TORCH_CHECK(errno == ENOENT || errno == ENOTDIR, "Cannot write ",
+                describe(what, path), ": ", std::strerror(errno));
     return false;
   }
   if (S_ISLNK(st.st_mode)) {
@@ -135,13 +155,48 @@ void protect_input(const std::string& path, const std::string& what) {
     return;  // nothing there to overwrite
   Inputs& in = inputs();
   std::lock_guard<std::mutex> lock(in.mutex);
-  in.names.emplace(std::make_pair(st.st_dev, st.st_ino), describe(what, path));
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec);
+  in.names[std::make_pair(st.st_dev, st.st_ino)] = {
+      describe(what, path), ec ? path : absolute.string()};
 }
+
+namespace {
+
+// A name with a control character (a newline from $'…', a tab) is refused
+// before anything is written: it would cut the one-line error that names
+// it, and the gnuplot script that reads it.
+void check_plain_name(const std::string& path, const std::string& what) {
+  const bool plain = std::none_of(path.begin(), path.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f;
+  });
+  if (plain)
+    return;
+  std::string shown;
+  for (char c : path) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n')
+      shown += "\\n";
+    else if (c == '\t')
+      shown += "\\t";
+    else if (u < 0x20 || u == 0x7f)
+      shown += fmt::format("\\x{:02x}", u);
+    else
+      shown += c;
+  }
+  TORCH_CHECK(false, "Cannot write ", describe(what, shown),
+              ": the name holds a control character (shown escaped); "
+              "choose a name without one");
+}
+
+}  // namespace
 
 void check_output_file(const std::string& path, const std::string& what,
                        OutputKind kind) {
   TORCH_CHECK(!path.empty(), what.empty() ? "output" : what,
               ": empty file name");
+  check_plain_name(path, what);
   const bool exists = check_existing(path, what, kind);
   // Appending to a file that is there needs only the file; creating or
   // replacing one needs its directory.
@@ -151,6 +206,7 @@ void check_output_file(const std::string& path, const std::string& what,
 
 void check_output_directory(const std::string& dir, const std::string& what) {
   TORCH_CHECK(!dir.empty(), what, ": empty directory name");
+  check_plain_name(dir, what);
   struct stat st {};
   if (::stat(dir.c_str(), &st) == 0) {
     TORCH_CHECK(S_ISDIR(st.st_mode), "Cannot write ", describe(what, dir),
