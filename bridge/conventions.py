@@ -379,9 +379,12 @@ def make(fn, groups, kwargs, model):
 
 class Convention:
     """torch.optim's: Class(param_groups, lr=lr, **kwargs), or a flat list of
-    the parameters for a rule that says it takes no parameter groups
-    (LBFGS); train() / eval() where the optimizer has both (schedule-free
-    rules of any library)."""
+    the parameters for a rule that takes no parameter groups — one that says
+    so (LBFGS: "per-parameter options"), or one that reads its argument as
+    tensors and fails on a group's dict at construction (heavyball's
+    PSGDLRA, kron-torch's distributed Krons: "'dict' object has no
+    attribute 'numel'"); train() / eval() where the optimizer has both
+    (schedule-free rules of any library)."""
 
     @classmethod
     def build(cls, fn, groups, kwargs, model):
@@ -389,6 +392,9 @@ class Convention:
             return fn(groups, **kwargs)
         except ValueError as e:
             if "per-parameter options" not in str(e):
+                raise
+        except AttributeError as e:
+            if "'dict' object has no attribute" not in str(e):
                 raise
         return fn([g["params"][0] for g in groups], **kwargs)
 

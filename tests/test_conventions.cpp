@@ -195,6 +195,42 @@ TEST(ConventionsClosure, LbfgsTakesOneGroupAndItsClosure) {
             numbers_of(lbfgs.front()));
 }
 
+// A rule that reads its argument as tensors (heavyball's PSGDLRA,
+// kron-torch's distributed Krons call .numel() on each) fails on a group's
+// dict at construction: it is given the flat list, and runs as SGD would.
+TEST(ConventionsGroups, ARuleThatReadsTensorsIsGivenTheFlatList) {
+  const std::string path = write_rule("flat.py", R"(
+import torch
+
+class Flat(torch.optim.SGD):
+    def __init__(self, params, lr=0.1):
+        params = list(params)
+        self.size = sum(p.numel() for p in params)
+        super().__init__(params, lr=lr)
+)");
+  auto req = tiny_request(bridge::resolve_rule("py:" + path + ":Flat"), 4);
+  req.lr = 0.1;
+  const auto flat = run(sweep::expand(req));
+  auto sgd = req;
+  sgd.opts = {bridge::resolve_rule("torch:SGD")};
+  const auto plain = run(sweep::expand(sgd));
+  ASSERT_EQ(flat.size(), plain.size());
+  for (size_t i = 0; i < flat.size(); ++i)
+    EXPECT_EQ(numbers_of(flat[i]), numbers_of(plain[i])) << i;
+  // Another AttributeError at construction is the rule's own error.
+  const std::string broken = write_rule("broken.py", R"(
+import torch
+
+class Broken(torch.optim.SGD):
+    def __init__(self, params, lr=0.1):
+        self.nothing.here
+)");
+  auto bad = req;
+  bad.opts = {bridge::resolve_rule("py:" + broken + ":Broken")};
+  const std::string m = error_of([&] { run(sweep::expand(bad)); });
+  EXPECT_TRUE(contains(m, "has no attribute 'nothing'")) << m;
+}
+
 TEST(ConventionsClosure, AClosureKeptPastItsStepIsAnError) {
   const std::string path = write_rule("late.py", R"(
 import torch
