@@ -468,7 +468,30 @@ def _takes(fn, name):
 class PytorchOptimizer(Convention):
     """pytorch-optimizer: its Muon family reads `use_muon` from every group
     (True on the hidden matrices); AdamMini takes the model (named
-    parameters) and its widths as num_embeds / num_heads."""
+    parameters) and its widths as num_embeds / num_heads; SPlus's eval()
+    waits for its first step."""
+
+    # Rules whose eval() reads averages their first step makes (SPlus:
+    # state['ema'] and group['step'], made by init_group in step 1; before
+    # that its eval() stores a buffer for the first parameter and raises
+    # KeyError). Their evaluation weights before the first step are their
+    # parameters (nothing has been averaged yet), so eval() and train() are
+    # skipped while the rule holds no state.
+    EVAL_AFTER_FIRST_STEP = {"SPlus"}
+
+    @classmethod
+    def modes(cls, optimizer):
+        modes = Convention.modes(optimizer)
+        if modes is None or type(optimizer).__name__ not in cls.EVAL_AFTER_FIRST_STEP:
+            return modes
+        train, evaluate = modes
+
+        def after_first_step(mode):
+            def run():
+                if optimizer.state:
+                    mode()
+            return run
+        return (after_first_step(train), after_first_step(evaluate))
 
     @classmethod
     def build(cls, fn, groups, kwargs, model):

@@ -56,6 +56,10 @@ class LibraryRules(unittest.TestCase):
         self.run_identity("py:pytorch_optimizer:Muon", lr=0.02)
         # AdamMini takes the model (named parameters) and its widths.
         self.run_identity("py:pytorch_optimizer:AdamMini", lr=1e-3)
+        # SPlus's eval() reads averages its first step makes: step 0 is
+        # measured in its parameters, later steps in its averages.
+        records = self.run_identity("py:pytorch_optimizer:SPlus", lr=1e-3)
+        self.assertEqual(records[0]["status"], "ok", records[0])
 
     def test_heavyball(self):
         library("heavyball")
@@ -64,6 +68,8 @@ class LibraryRules(unittest.TestCase):
         self.run_identity("py:heavyball:PSGDKron", lr=1e-3)
         # Schedule-free: train() / eval() around every measurement.
         self.run_identity("py:heavyball:SFAdamW", lr=1e-3)
+        # PSGDLRA reads its argument as tensors: given the flat list.
+        self.run_identity("py:heavyball:PSGDLRA", lr=1e-3)
         self.run_identity("py:heavyball:SOAP", lr=3e-3)
 
     def test_timm(self):
