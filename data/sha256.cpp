@@ -56,7 +56,7 @@ void compress(std::array<uint32_t, 8>& h, const unsigned char* block) {
 
 }  // namespace
 
-std::string sha256_hex(const std::string& bytes) {
+std::string sha256_hex(std::string_view bytes) {
   // FIPS 180-4 §5.3.3: the initial hash value.
   std::array<uint32_t, 8> h = {0x6a09e667, 0xbb67ae85, 0x3c6ef372,
                                0xa54ff53a, 0x510e527f, 0x9b05688c,

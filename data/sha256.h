@@ -4,10 +4,11 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace data {
 
 // The digest of `bytes` as 64 lowercase hex digits, as sha256sum prints it.
-std::string sha256_hex(const std::string& bytes);
+std::string sha256_hex(std::string_view bytes);
 
 }  // namespace data

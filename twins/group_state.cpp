@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "data/sha256.h"
 #include "twins/environment.h"
@@ -279,6 +282,10 @@ void GroupCheckpoint::remove_unfinished_writes() const {
   }
 }
 
+namespace {
+StateFile read_state(const std::string& path, bool whole);  // below
+}  // namespace
+
 void GroupCheckpoint::check_before_start(const PairSpec& reference) const {
   if (!enabled())
     return;
@@ -292,8 +299,10 @@ void GroupCheckpoint::check_before_start(const PairSpec& reference) const {
     return;
   }
   check_output_file(path_, "checkpoint");
+  // The header only: the archive is read and its digest checked once, when
+  // the group resumes.
   if (present)
-    check_header(read_state_file(path_).header, reference, path_);
+    check_header(read_state(path_, /*whole=*/false).header, reference, path_);
 }
 
 std::optional<GroupProgress> GroupCheckpoint::resume(
@@ -448,15 +457,18 @@ void write_state_file(const std::string& path, nlohmann::json header,
   const long write = ++writes;
   header["payload_bytes"] = payload.size();
   // The digest covers the header and the archive: an edited partial curve
-  // or pair index is refused like a flipped bit of a tensor.
-  std::string body = header.dump();
-  body += '\n';
-  body += payload;
+  // or pair index is refused like a flipped bit of a tensor. Written in
+  // place of the placeholder once the body is there (one copy of the
+  // archive, not two).
   std::string text = fmt::format("{} {}\nsha256 {}\n", kMagic, kFileLayout,
-                                 data::sha256_hex(body));
-  text += body;
-  body.clear();
-  body.shrink_to_fit();
+                                 std::string(64, '0'));
+  const size_t body_at = text.size();
+  text += header.dump();
+  text += '\n';
+  text += payload;
+  const std::string digest =
+      data::sha256_hex(std::string_view(text).substr(body_at));
+  text.replace(body_at - 65, 64, digest);
   write_text_atomically(path, text, [&] {
     if (hook.moment == "rename" && hook.write == write)
       kill_self();
@@ -465,7 +477,24 @@ void write_state_file(const std::string& path, nlohmann::json header,
     kill_self();
 }
 
-StateFile read_state_file(const std::string& path) {
+namespace {
+
+// The first `lines` lines of `path` (a checkpoint's magic, digest and
+// header lines), without reading its archive.
+std::string read_lines(const std::string& path, int lines) {
+  std::ifstream in(path, std::ios::binary);
+  TORCH_CHECK(in.good(), "Cannot read checkpoint '", path, "': ",
+              std::strerror(errno));
+  std::string text, line;
+  for (int i = 0; i < lines && std::getline(in, line); ++i)
+    text += line + (in.eof() ? "" : "\n");
+  return text;
+}
+
+// A state file read and checked: whole (`whole`: its size and digest
+// checked, its archive kept) or up to its header (the framing checked, the
+// header parsed; what check_before_start needs before any group trains).
+StateFile read_state(const std::string& path, bool whole) {
   auto damaged = [&](const std::string& why) {
     TORCH_CHECK(false, "checkpoint '", path, "' is damaged: ", why,
                 " (rerun with --checkpoint-restart to start its group "
@@ -479,7 +508,8 @@ StateFile read_state_file(const std::string& path) {
     damaged(fs::is_fifo(status)        ? "it is a pipe, not a file"
             : fs::is_directory(status) ? "it is a directory, not a file"
                                        : "it is not a regular file");
-  const std::string text = read_file(path, "checkpoint");
+  const std::string text =
+      whole ? read_file(path, "checkpoint") : read_lines(path, 3);
   const std::string magic = fmt::format("{} {}\n", kMagic, kFileLayout);
   if (text.compare(0, std::strlen(kMagic), kMagic) != 0)
     damaged("not a twins checkpoint");
@@ -503,15 +533,24 @@ StateFile read_state_file(const std::string& path) {
   } catch (const nlohmann::json::exception&) {
     damaged("its header is not JSON");
   }
+  if (!whole)
+    return file;
   file.payload = text.substr(eol + 1);
   const auto bytes = file.header.find("payload_bytes");
   if (bytes != file.header.end() && bytes->is_number_unsigned() &&
       bytes->get<uint64_t>() != file.payload.size())
     damaged(fmt::format("{} bytes of data where {} were written",
                         file.payload.size(), bytes->get<uint64_t>()));
-  if (data::sha256_hex(text.substr(body_at)) != text.substr(digest_at, 64))
+  if (data::sha256_hex(std::string_view(text).substr(body_at)) !=
+      text.substr(digest_at, 64))
     damaged("its header or data do not match its SHA-256");
   return file;
+}
+
+}  // namespace
+
+StateFile read_state_file(const std::string& path) {
+  return read_state(path, /*whole=*/true);
 }
 
 // ===========================================================================

@@ -107,7 +107,8 @@ class GroupCheckpoint {
   // Before any group of the run trains: the file's place can take a file
   // (its folder a directory this process may write in, no pipe, directory
   // or link at its name), and a file already there is one `reference`'s
-  // group can resume (whole, of its configuration and numeric environment)
+  // group can resume (its framing and header: of its configuration and
+  // numeric environment; the archive's digest is checked by resume())
   // — so that a bad checkpoint is not found after other groups trained,
   // nor at the first write. With policy.restart an unusable file is left
   // to resume(), which removes it. Throws naming the file.
