@@ -209,7 +209,7 @@ def rel(a, b):
     return 0.0 if num == 0 else num / (0.5 * (a.norm() + b.norm()).item())
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="mod47")
     ap.add_argument("--opt", default="adam")
@@ -242,8 +242,12 @@ def main():
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile (inductor) the models' forward and "
                          "backward and the optimizers' steps")
-    a = ap.parse_args()
+    return ap.parse_args()
 
+
+def set_up_torch(a):
+    """Threads, determinism and the device's checks; returns whether the
+    run is on CUDA."""
     cuda = a.device != "cpu"
     if cuda:
         # Read when cuBLAS makes its handle: deterministic reductions, as
@@ -255,40 +259,27 @@ def main():
     if a.compile and not hasattr(torch, "compile"):
         sys.exit(f"eager_pytorch.py: --compile needs torch 2.x, this is "
                  f"{torch.__version__}")
-    device = torch.device(a.device)
     torch.set_num_threads(a.threads)
     # On CUDA only a warning where an op has no deterministic kernel: the
     # GPU rows are timed, not compared bit for bit.
     torch.use_deterministic_algorithms(True, **({"warn_only": True} if cuda else {}))
-    lm = a.task == "charlm"
-    dtype = torch.float32 if a.dtype == "float32" else torch.float64
-    protocol = a.protocol or ("paper-cpu" if a.dtype == "float32" else "twins")
-    draw = torch.float32 if protocol == "paper-cpu" else torch.float64
-    depth = a.depth or (6 if lm else 2)
-    d = a.d_model or (256 if lm else 64)
-    heads = a.heads or (8 if lm else 4)
-    lrs = {"adam": 1e-3, "sgd": 0.1 if lm else 0.5, "scalar-adam": 3e-3,
-           "muon": 0.02}
-    lr = a.lr or lrs[a.opt]
-    if lm:
-        path = a.data or "data/tinyshakespeare.txt"
-        batches, val, vocab, n_ctx = charlm_task(path, a.ctx, a.batch,
-                                                 a.steps, a.data_seed)
-        vocab_in = vocab_out = vocab
-    else:
-        train, val, vocab_in, vocab_out, n_ctx = mod_task(
-            int(a.task[3:]), a.data_seed)
-        batches = lambda t: train
+    return cuda
+
+
+def make_twins(a, dtype, draw, shape):
+    """The checksum of the initial weights and the two copies, copy 2 with
+    the twin's change (gauge, identity or noise)."""
+    vocab_in, vocab_out, n_ctx, depth, d, heads, lm = shape
+
+    def model():
+        return Transformer(vocab_in, vocab_out, n_ctx, depth, d, heads, 4 * d,
+                           lm, not lm)
 
     torch.manual_seed(a.init_seed)
-    base = Transformer(vocab_in, vocab_out, n_ctx, depth, d, heads, 4 * d,
-                       lm, not lm)
+    base = model()
     checksum = sum(p.double().sum().item() for p in base.parameters())
     base = base.to(dtype)
-    m1 = Transformer(vocab_in, vocab_out, n_ctx, depth, d, heads, 4 * d,
-                     lm, not lm).to(dtype)
-    m2 = Transformer(vocab_in, vocab_out, n_ctx, depth, d, heads, 4 * d,
-                     lm, not lm).to(dtype)
+    m1, m2 = model().to(dtype), model().to(dtype)
     m1.load_state_dict(base.state_dict())
     m2.load_state_dict(base.state_dict())
     seed = a.twin_seed if a.twin_seed is not None else (
@@ -309,22 +300,18 @@ def main():
                 A = A.to(dtype)
                 for w in (b.attn.wq.weight, b.attn.wk.weight):
                     w[h * hd:(h + 1) * hd] = A @ w[h * hd:(h + 1) * hd]
-    m1, m2 = m1.to(device), m2.to(device)
-    opts = [make_optimizers(a.opt, m, lr) for m in (m1, m2)]
-    if cuda:
-        val = tuple(t.to(device) for t in val)
-        if lm:  # a new window each step, drawn on the host
-            host_batches = batches
-            batches = lambda t: tuple(u.to(device) for u in host_batches(t))
-        else:  # the whole training set, every step
-            train = tuple(u.to(device) for u in train)
-            batches = lambda t: train
+    return checksum, seed, m1, m2
+
+
+def train(a, models, opts, batches, val, cuda, device):
+    """Both copies through a.steps steps in lockstep; the drift curve at
+    the checkpoints and each step's seconds."""
+    m1, m2 = models
     forwards = [m1, m2]
     steps = [[o.step for o in os_] for os_ in opts]
     if a.compile:
         forwards = [torch.compile(m) for m in forwards]
         steps = [[torch.compile(s) for s in ss] for ss in steps]
-
     checkpoints = sorted({s for s in (0, 1, 10, 50, 100, 300, 600, 1000,
                                       1500, 2000, 3000) if s <= a.steps}
                          | {a.steps})
@@ -352,6 +339,46 @@ def main():
         times.append(time.perf_counter() - t0)
         if t in checkpoints:
             measure(t)
+    return curve, times
+
+
+def main():
+    a = parse_args()
+    cuda = set_up_torch(a)
+    device = torch.device(a.device)
+    lm = a.task == "charlm"
+    dtype = torch.float32 if a.dtype == "float32" else torch.float64
+    protocol = a.protocol or ("paper-cpu" if a.dtype == "float32" else "twins")
+    draw = torch.float32 if protocol == "paper-cpu" else torch.float64
+    depth = a.depth or (6 if lm else 2)
+    d = a.d_model or (256 if lm else 64)
+    heads = a.heads or (8 if lm else 4)
+    lrs = {"adam": 1e-3, "sgd": 0.1 if lm else 0.5, "scalar-adam": 3e-3,
+           "muon": 0.02}
+    lr = a.lr or lrs[a.opt]
+    if lm:
+        path = a.data or "data/tinyshakespeare.txt"
+        batches, val, vocab, n_ctx = charlm_task(path, a.ctx, a.batch,
+                                                 a.steps, a.data_seed)
+        vocab_in = vocab_out = vocab
+    else:
+        train_set, val, vocab_in, vocab_out, n_ctx = mod_task(
+            int(a.task[3:]), a.data_seed)
+        batches = lambda t: train_set
+
+    checksum, seed, m1, m2 = make_twins(
+        a, dtype, draw, (vocab_in, vocab_out, n_ctx, depth, d, heads, lm))
+    m1, m2 = m1.to(device), m2.to(device)
+    opts = [make_optimizers(a.opt, m, lr) for m in (m1, m2)]
+    if cuda:
+        val = tuple(t.to(device) for t in val)
+        if lm:  # a new window each step, drawn on the host
+            host_batches = batches
+            batches = lambda t: tuple(u.to(device) for u in host_batches(t))
+        else:  # the whole training set, every step
+            train_set = tuple(u.to(device) for u in train_set)
+            batches = lambda t: train_set
+    curve, times = train(a, (m1, m2), opts, batches, val, cuda, device)
     timed = times[a.warmup:] or times
     print(json.dumps(dict(
         task=a.task, opt=a.opt, twin=a.twin, steps=a.steps, dtype=a.dtype,

@@ -59,6 +59,20 @@ def run_json(cmd, env):
     return json.loads(last)
 
 
+def print_row_table(row, runs, date, cores, medians, extra):
+    """One row's table: each peer and setting, against ours (2 x 1)."""
+    print(f"\n{row}: seconds per pair-step, median of {runs} processes "
+          f"({date}, {cores} cores)\n")
+    print("| peer | setting | s/pair-step | vs ours (2 x 1) | warm-up s |")
+    print("|---|---|---|---|---|")
+    ours = medians["ours, 2 copies x 1 thread"]
+    for k, v in medians.items():
+        name, _, setting = k.rpartition(" ") if not k.startswith("ours") else (k, "", "")
+        w = statistics.median(extra[k]) if k in extra else None
+        print(f"| {name} | {setting or '-'} | {v:.4f} | {v / ours:.2f}x | "
+              + (f"{w:.1f} |" if w is not None else "- |"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="mod47-f32,charlm-f32")
@@ -130,17 +144,7 @@ def main():
         results["rows"][row] = {"runs": runs, "samples": samples,
                                 "median_s_per_pair_step": medians,
                                 "warmup_s": extra}
-        # The table: each peer at its best setting, then every setting.
-        print(f"\n{row}: seconds per pair-step, median of {runs} processes "
-              f"({results['date']}, {cores} cores)\n")
-        print("| peer | setting | s/pair-step | vs ours (2 x 1) | warm-up s |")
-        print("|---|---|---|---|---|")
-        ours = medians["ours, 2 copies x 1 thread"]
-        for k, v in medians.items():
-            name, _, setting = k.rpartition(" ") if not k.startswith("ours") else (k, "", "")
-            w = statistics.median(extra[k]) if k in extra else None
-            print(f"| {name} | {setting or '-'} | {v:.4f} | {v / ours:.2f}x | "
-                  + (f"{w:.1f} |" if w is not None else "- |"))
+        print_row_table(row, runs, results["date"], cores, medians, extra)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(results, f, indent=2)
