@@ -4,7 +4,6 @@ errors as Python exceptions. Run by ctest with Debian's /usr/bin/python3 and
 PYTHONPATH=build/python; each case trains the small mod-11 model (2 blocks,
 d 16, 4 heads) for a few steps."""
 
-import _thread
 import contextlib
 import io
 import json
@@ -12,9 +11,8 @@ import math
 import os
 import sys
 import tempfile
-import threading
-import time
 import unittest
+from unittest import mock
 
 import torch
 
@@ -185,6 +183,23 @@ class ModuleTest(unittest.TestCase):
             twins.run(dict, steps=5, **TINY)
 
 
+class _InterruptedAfter:
+    """A job of twins._core.start whose wait raises KeyboardInterrupt, as
+    Ctrl-C does, once `steps` steps are done; it polls every millisecond."""
+
+    def __init__(self, job, steps):
+        self.job, self.steps, self.fired = job, steps, False
+
+    def wait(self, seconds):
+        if not self.fired and self.job.counts()[3] >= self.steps:
+            self.fired = True
+            raise KeyboardInterrupt
+        return self.job.wait(min(seconds, 0.001))
+
+    def __getattr__(self, name):
+        return getattr(self.job, name)
+
+
 class NotebookPathTest(unittest.TestCase):
     """What a notebook needs: progress it can show, a stop on
     KeyboardInterrupt that keeps what was done, a figure."""
@@ -200,16 +215,27 @@ class NotebookPathTest(unittest.TestCase):
         self.assertIn("1/1 pairs", err.getvalue())
 
     def test_keyboard_interrupt_stops_and_a_rerun_resumes(self):
+        # Ctrl-C lands in the main thread while it waits for the engine
+        # (twins/_engine.py's _drive): the job's wait raises it once 20
+        # steps are done, so the stop does not race the run's speed.
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.jsonl")
             settings = dict(TINY, steps=400, lr=1e-3, twins=["gauge", "identity"])
-            timer = threading.Timer(1.5, _thread.interrupt_main)
-            timer.start()
-            started = time.monotonic()
-            with self.assertRaises(KeyboardInterrupt) as stop:
-                twins.run(ScalarAdam, out=out, progress=False, **settings)
-            timer.cancel()
-            self.assertLess(time.monotonic() - started, 60)
+            start = twins._engine._core.start
+            interrupted = []
+
+            def start_then_interrupt(*args):
+                job = _InterruptedAfter(start(*args), steps=20)
+                interrupted.append(job)
+                return job
+
+            with mock.patch.object(twins._engine._core, "start",
+                                   start_then_interrupt):
+                with self.assertRaises(KeyboardInterrupt) as stop:
+                    twins.run(ScalarAdam, out=out, progress=False, **settings)
+            self.assertTrue(interrupted[0].fired)
+            _, _, steps, steps_done = interrupted[0].counts()
+            self.assertLess(steps_done, steps, "the run ended before the stop")
             self.assertIn(f"rerun with out='{out}' to resume", str(stop.exception))
             self.assertTrue(os.listdir(out + ".ckpt"), "no checkpoint kept")
             resumed = twins.run(ScalarAdam, out=out, progress=False, **settings)
