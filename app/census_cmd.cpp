@@ -46,7 +46,9 @@ CLI::App* setup_census(CLI::App& parent, CensusFlags& flags) {
 
 int run_census(const CensusFlags& flags) {
   const std::vector<bridge::CensusRule> rules =
-      bridge::census_rules(flags.probe, flags.library);
+      bridge::census_rules(flags.probe, flags.library.empty()
+                                            ? std::vector<std::string>{}
+                                            : std::vector<std::string>{flags.library});
   fmt::print("| library | aliases | --opt | predicted (on Table 3) | {} |\n",
              flags.probe ? "runs here" : "loads");
   fmt::print("|---|---|---|---|---|\n");

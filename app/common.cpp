@@ -1,5 +1,7 @@
 #include "app/common.h"
 
+#include <fmt/format.h>
+
 #include "bridge/bridge.h"
 #include "report/aggregate.h"
 #include "report/output.h"
@@ -43,7 +45,12 @@ std::string outcome_line(const sweep::CommandOutcome& outcome) {
 std::string table_list(const sweep::TableOverrides& overrides, bool share) {
   sweep::check_overrides(overrides);
   std::vector<report::TableListRow> rows;
+  std::vector<std::string> run_time_lists;
   for (const auto& name : sweep::table_names()) {
+    if (sweep::listed_when_run(name)) {
+      run_time_lists.push_back(name);  // enumerating it imports libraries
+      continue;
+    }
     const sweep::Table table = sweep::make_table(name, overrides);
     const sweep::TableCost cost = sweep::table_cost(table, share);
     const twins::PairSpec& first = table.pairs.front();
@@ -53,7 +60,14 @@ std::string table_list(const sweep::TableOverrides& overrides, bool share) {
                     cost.longest_s, cost.most_models, cost.longest_at_most_s,
                     cost.memory_at_most});
   }
-  return report::table_list(rows, share);
+  std::string out = report::table_list(rows, share);
+  for (const auto& name : run_time_lists)
+    out += fmt::format(
+        "{}: its rules are those of the installed libraries, enumerated when "
+        "it runs (twin-run census lists them; docs/results.md, \"The "
+        "census\", gives its cost)\n",
+        name);
+  return out;
 }
 
 std::string inferred_layout(const std::vector<twins::PairResult>& results) {

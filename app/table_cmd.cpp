@@ -53,6 +53,13 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& flags) {
                   "Override the dtype: float32 or float64 [default: the "
                   "table's, float32 for table3/multiseed/zoo/dial/merge, "
                   "float64 for table9-*]");
+  cmd->add_option("--rules", r.overrides.rules,
+                  "census only: its rules of these libraries (timm) or these "
+                  "rules (timm:lamb, a library and one of the rule's registry "
+                  "names; twin-run census lists them), comma-separated "
+                  "[default: every rule]")
+      ->delimiter(',')
+      ->check(non_empty());
   cmd->add_flag("--plot", flags.plot,
                 "Also draw Figure 2 and the per-head QK drift (gnuplot) next "
                 "to the results; for dial also drift against p");

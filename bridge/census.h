@@ -16,6 +16,9 @@ struct CensusRule {
   std::string version;  // installed; empty when it is not
   std::vector<std::string> aliases;  // registry names of this one rule
   std::string rule;        // what --opt takes; empty for a missing library
+  // The canonical --opt name `rule` resolves to (the name its records
+  // carry), set by census_rules when it resolves; empty when it cannot run.
+  std::string opt;
   std::string definition;  // the class and the defaults it is built with
   // The prediction: class (equivariant, basis-dependent, distribution,
   // shape), what it means on the Table-3 model, its one-line reason and
@@ -28,14 +31,22 @@ struct CensusRule {
 };
 
 // The rules, library by library in the census's order, aliases of one rule
-// together; only `library`'s when it is not empty (a name the census does
-// not list is a one-line error naming the ones it does). With `probe`, each rule that loads is also resolved and
-// trained for two steps on a one-block model (d_model 8, 2 heads, mod-11)
-// through the protocol, and one that fails says why in cannot_run: the
-// reason conventions.py classifies (needs CUDA, second-order gradients,
-// torch.distributed, sparse gradients) or the error's first line. Throws
-// a one-line error without Python support.
-std::vector<CensusRule> census_rules(bool probe,
-                                     const std::string& library = "");
+// together, each that loads resolved (its canonical name in `opt`; one
+// that does not resolve says why in cannot_run); only those `select`s
+// (each "LIBRARY" or "LIBRARY:NAME", NAME one of the rule's registry names)
+// when it is not empty — a library or name the census does not list is a
+// one-line error naming what it does. With `probe`, each rule that
+// resolves is also trained for two steps on a one-block model (d_model 8,
+// 2 heads, mod-11) through the protocol, and one that fails says why in
+// cannot_run: the reason conventions.py classifies (needs CUDA,
+// second-order gradients, torch.distributed, sparse gradients) or the
+// error's first line. Throws a one-line error without Python support.
+std::vector<CensusRule> census_rules(
+    bool probe, const std::vector<std::string>& select = {});
+
+// Registers the census with the table list (sweep::set_census_lister: the
+// table `census`) and its rules with the aggregate
+// (report::set_census_source). Called by install(); no-op without Python.
+void install_census();
 
 }  // namespace bridge

@@ -159,6 +159,8 @@ const char* class_name(report::VerdictClass v) {
       return "invalid";
     case report::VerdictClass::kUndetermined:
       return "undetermined";
+    case report::VerdictClass::kFailed:
+      return "failed";
   }
   return "?";
 }

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "bridge/bridge.h"
+#include "bridge/census.h"
 #include "bridge/python.h"
 #include "optim/registry.h"
 #include "twins/io.h"
@@ -483,6 +484,7 @@ void install() {
     optim::register_resolver(kTorchPrefix, wrap(resolve_torch));
     optim::register_resolver(kFilePrefix, wrap(resolve_python));
     optim::register_resolver(kCallablePrefix, wrap(resolve_callable));
+    install_census();
   });
 }
 

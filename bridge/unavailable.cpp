@@ -36,6 +36,8 @@ bool is_python_rule(const std::string& name) {
 
 void install() {}
 
+void install_census() {}
+
 std::string resolve_rule(const std::string& name, const std::string&) {
   unavailable(name);
 }
@@ -53,7 +55,7 @@ std::vector<std::string> resolve_rules(const std::vector<std::string>& names,
   return names;
 }
 
-std::vector<CensusRule> census_rules(bool, const std::string&) {
+std::vector<CensusRule> census_rules(bool, const std::vector<std::string>&) {
   TORCH_CHECK(false,
               "census: this twin-run was built without Python support, and "
               "the census's rules are Python's (install python3-dev, "

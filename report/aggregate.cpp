@@ -121,9 +121,8 @@ Aggregate aggregate(const Layout& layout, const Records& unordered,
   }
   for (const auto& r : results) {
     if (!r.ok()) {
-      a.notes.push_back(fmt::format("{} diverged at step {}.",
-                                    twins::pair_label(r.spec),
-                                    r.diverged_step));
+      a.notes.push_back(fmt::format("{} {}.", twins::pair_label(r.spec),
+                                    twins::status_text(r)));
     }
   }
   a.pairs_table = format_drift_table(results);

@@ -3,6 +3,7 @@
 // diagnostic_layouts.cpp); sweep/tables.cpp names the row of each table.
 #include <fmt/format.h>
 
+#include "report/census.h"
 #include "report/plot.h"
 #include "report/sections.h"
 
@@ -46,6 +47,11 @@ const std::vector<Layout>& layouts() {
        {dial_section},
        {&kDriftPlot, &kDialPlot},
        all_adam_p_gauge},
+      {"census",
+       "The census: every optimizer of the installed libraries",
+       {census_section},
+       {&kCensusPlot},
+       nullptr},
       // The merge figure only: saved pairs measured again have no curves.
       {"merge",
        "Head merging: loss barriers between the twins",

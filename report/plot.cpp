@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "report/aggregate.h"
+#include "report/census.h"
 #include "report/summary.h"
 #include "twins/io.h"
 
@@ -629,10 +630,68 @@ PlotFiles plot_merge(const std::vector<PairResult>& results,
   return f;
 }
 
+PlotFiles plot_census(const std::vector<PairResult>& results,
+                      const std::string& out, const std::string& title) {
+  const std::string ext = figure_extension(out);
+  const std::vector<CensusPoint> points = census_points(results);
+  TORCH_CHECK(!points.empty(), "No judged census rule to plot");
+  PlotFiles f = one_figure_files(out);
+  // Columns: equivariant 0, basis-dependent 1, anything else 2; each point
+  // spread across its column by its place in the census (deterministic).
+  std::vector<std::string> libraries;
+  std::map<std::string, std::string> blocks;
+  std::map<std::string, size_t> seen;
+  for (const CensusPoint& p : points) {
+    if (!blocks.count(p.library))
+      libraries.push_back(p.library);
+    const double column = p.verdict == "equivariant"       ? 0
+                          : p.verdict == "basis-dependent" ? 1
+                                                           : 2;
+    const size_t n = seen[p.verdict]++;
+    const double x = column - 0.35 + 0.7 * double((n * 37) % 101) / 100.0;
+    const double y = std::isfinite(p.onset_ratio_step1) &&
+                             p.onset_ratio_step1 > 0
+                         ? p.onset_ratio_step1
+                         : 1e-3;  // an exact zero, drawn at the floor
+    blocks[p.library] += fmt::format("{:.4f} {:.6e} {}\n", x, y,
+                                     gp_string(p.rule));
+  }
+  std::string data = fmt::format(
+      "# {}\n# census: x (verdict column) step-1 onset ratio rule, one "
+      "block per library\n",
+      title);
+  std::vector<std::string> clauses;
+  const std::string dat = gp_string(file_name(f.drift_data));
+  for (size_t i = 0; i < libraries.size(); ++i) {
+    data += blocks[libraries[i]] + "\n\n";
+    clauses.push_back(fmt::format(
+        "{} index {} using 1:2 with points pt 7 ps 0.8 lc {} title {}",
+        i == 0 ? dat : "''", i, i + 1, gp_string(libraries[i])));
+  }
+  clauses.push_back("10 with lines dt 2 lc rgb \"#666666\" title \"10x\"");
+  const std::string gp = fmt::format(
+      "# Drawn by twin-run table census --plot; rerun with: gnuplot {}\n"
+      "set encoding utf8\n{}\nset output {}\n"
+      "set title {}\nset logscale y\nset format y \"1e%T\"\n"
+      "set xrange [-0.6:2.6]\nset xtics (\"equivariant\" 0, "
+      "\"basis-dependent\" 1, \"other\" 2)\n"
+      "set ylabel \"step-1 onset ratio (gauge / noise 1e-5)\"\n"
+      "set grid ytics\nset key outside right top font \",9\"\n{}\n"
+      "unset output\n",
+      file_name(f.script), terminal(ext, 1040, 600),
+      gp_string(file_name(out)), gp_string(title), plot_command(clauses));
+  write_text_atomically(f.drift_data, data);
+  write_text_atomically(f.script, gp);
+  draw_files(f);
+  return f;
+}
+
 // The figures the layouts draw (report/layouts.cpp).
 const Plot kDriftPlot = {".svg", plot_results, "Figure 2", "per-head QK drift"};
 const Plot kDialPlot = {"-dial.svg", plot_dial, "drift against p", nullptr};
 const Plot kMergePlot = {"-merge.svg", plot_merge, "loss along lambda",
                          nullptr};
+const Plot kCensusPlot = {"-census.svg", plot_census,
+                          "step-1 onset ratio per rule", nullptr};
 
 }  // namespace report

@@ -46,6 +46,14 @@ PlotFiles plot_dial(const std::vector<twins::PairResult>& results,
 PlotFiles plot_merge(const std::vector<twins::PairResult>& results,
                      const std::string& out, const std::string& title);
 
+// The census (docs/results.md): every judged rule's step-1 onset ratio
+// (gauge / noise 1e-5) on a log axis, one column per measured verdict, one
+// colour per library, the verdict's threshold (10x) as a line. Writes
+// OUT.gp and OUT.dat beside `out` and draws it like plot_results. Throws
+// when no rule is judged.
+PlotFiles plot_census(const std::vector<twins::PairResult>& results,
+                      const std::string& out, const std::string& title);
+
 // One drawing a layout makes with --plot (report/layouts.cpp): `draw` at
 // <stem><suffix>, then one line naming its figure(s) and what they show.
 struct Plot {
@@ -58,6 +66,7 @@ struct Plot {
 extern const Plot kDriftPlot;  // plot_results: Figure 2, per-head QK drift
 extern const Plot kDialPlot;   // plot_dial
 extern const Plot kMergePlot;  // plot_merge
+extern const Plot kCensusPlot;  // plot_census
 
 // The full path of `program` on PATH, or "" when there is none.
 std::string find_on_path(const std::string& program);

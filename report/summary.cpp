@@ -46,8 +46,7 @@ std::string format_drift_table(const std::vector<PairResult>& results) {
         cell(r, 1), cell(r, 100), cell(r, last),
         twins::format_drift(twins::final_qk_drift(r)),
         fmt::format("{:.4f} / {:.4f}", val[0], val[1]),
-        r.ok() ? std::string("ok")
-               : fmt::format("diverged at step {}", r.diverged_step));
+        twins::status_text(r));
   }
   return out;
 }

@@ -21,8 +21,7 @@ bool same_scale(double a, double b) {
 }
 
 std::string diverged_note(const char* twin, const PairResult& r) {
-  return r.ok() ? ""
-                : fmt::format("{} diverged at step {}", twin, r.diverged_step);
+  return r.ok() ? "" : fmt::format("{} {}", twin, twins::status_text(r));
 }
 
 std::string decades(double v) {
@@ -49,6 +48,8 @@ std::string verdict_label(const Verdict& verdict) {
       return "invalid (nondeterministic)";
     case VerdictClass::kUndetermined:
       return "undetermined (diverged)";
+    case VerdictClass::kFailed:
+      return "failed (the rule raised)";
   }
   return "?";
 }
@@ -156,6 +157,8 @@ Verdict measure(const Four& f) {
     const std::string n = diverged_note(twin, *r);
     if (!n.empty())
       v.note += (v.note.empty() ? "" : "; ") + n;
+    if (r->status == twins::PairStatus::kFailed && v.error.empty())
+      v.error = r->error;
   }
   return v;
 }
@@ -164,7 +167,9 @@ Verdict measure(const Four& f) {
 void classify(Verdict& verdict) {
   // A NaN identity drift is an identity twin that diverged: a cause for
   // "undetermined", not evidence of nondeterminism.
-  if (!std::isnan(verdict.identity_max) && verdict.identity_max != 0) {
+  if (!verdict.error.empty()) {
+    verdict.verdict = VerdictClass::kFailed;
+  } else if (!std::isnan(verdict.identity_max) && verdict.identity_max != 0) {
     verdict.verdict = VerdictClass::kInvalid;
   } else if (std::isnan(verdict.identity_max) || verdict.onset_step < 0 ||
              std::isnan(verdict.onset_ratio)) {

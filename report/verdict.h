@@ -5,6 +5,9 @@
 // twin at 1e-5, the reference of the onset ratio. The rules, in order:
 //   1. invalid (nondeterministic): the identity twin is non-zero anywhere
 //      (logit or QK drift at any checkpoint, or a final per-head QK drift);
+//   0. failed: the rule raised while a twin trained (a record of status
+//      "failed", written only where a run keeps going past a rule's error:
+//      the census); nothing was measured;
 //   2. undetermined (diverged): the rule never moved the parameters before
 //      a twin diverged, so there is no onset to compare;
 //   3. basis-dependent: at some checkpoint from step 1 to step 10 the gauge
@@ -39,7 +42,8 @@ enum class VerdictClass {
   kEquivariant,
   kBasisDependent,
   kInvalid,
-  kUndetermined
+  kUndetermined,
+  kFailed
 };
 
 struct Verdict {
@@ -61,6 +65,7 @@ struct Verdict {
   double noise_final = 0;    // 1e-7 noise twin, final drift
   double track_decades = 0;  // twins::tracking(gauge, noise 1e-7)
   std::string note;          // e.g. "gauge diverged at step 40"
+  std::string error;         // kFailed: the rule's error, one line
 };
 
 // "equivariant", "equivariant (chaotic)", "basis-dependent",

@@ -252,6 +252,7 @@ Prepared resolve_table(const CommandRequest& request) {
   Prepared prepared;
   prepared.engine = request.engine;
   prepared.engine.table = table.name;
+  prepared.engine.record_failures = table.records_failures;
   prepared.pairs = shard_of(table.pairs, shard, prepared.engine.share);
   if (sharded) {
     const size_t groups =

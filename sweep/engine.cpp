@@ -354,14 +354,46 @@ class Slots {
         counted = step;
       }
     };
+    std::set<std::string> recorded;   // this group's pairs with a record
+    std::exception_ptr write_error;  // a record that could not be written
     group_options.pair_done = [&](const twins::PairResult& result, int64_t step,
                                   model::Transformer& reference,
                                   model::Transformer& twin) {
-      record(slot, result, step, reference, twin);
+      try {
+        record(slot, result, step, reference, twin);
+      } catch (...) {
+        write_error = std::current_exception();
+        throw;
+      }
+      recorded.insert(result.spec.key());
     };
-    twins::run_group(group.pairs, group_options);
+    try {
+      twins::run_group(group.pairs, group_options);
+    } catch (const c10::Error& error) {
+      if (!options_.record_failures || write_error)
+        throw;
+      record_failure(group, slot, recorded, error.what_without_backtrace());
+      return;
+    }
     if (options_.counts)  // a group whose pairs all diverged ends early
       options_.counts->steps_done += group.pairs.front().last_step() - counted;
+  }
+
+  // EngineOptions::record_failures: the group's pairs without a record get
+  // one of status "failed"; its checkpoint, if any, is discarded.
+  void record_failure(const Group& group, size_t slot,
+                      const std::set<std::string>& recorded,
+                      const std::string& what) {
+    const std::string error = what.substr(0, what.find('\n'));
+    if (!group.checkpoint_path.empty())
+      twins::GroupCheckpoint(group.checkpoint_path, options_.state).discard();
+    for (const auto& spec : group.pairs) {
+      if (recorded.count(spec.key()))
+        continue;
+      const twins::PairResult result = twins::failed_result(spec, error);
+      append(twins::to_json(result));
+      progress_.end(slot, result);
+    }
   }
 
   void measure_saved(const std::vector<PairSpec>& pairs, size_t slot) {
@@ -373,16 +405,7 @@ class Slots {
 
   void record(size_t slot, const twins::PairResult& result, int64_t step,
               model::Transformer& reference, model::Transformer& twin) {
-    nlohmann::json json = twins::to_json(result);
-    if (!options_.table.empty())
-      json["table"] = options_.table;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      sink_.append(json);
-      ++outcome_->ran;
-      if (options_.counts)
-        ++options_.counts->pairs_done;
-    }
+    append(twins::to_json(result));
     // After the record: a save that fails (a full disk) loses the models,
     // never the measurement.
     if (!options_.save_models.empty()) {
@@ -390,6 +413,17 @@ class Slots {
                        reference, twin);
     }
     progress_.end(slot, result);
+  }
+
+  // A pair's record into the results file, counted.
+  void append(nlohmann::json json) {
+    if (!options_.table.empty())
+      json["table"] = options_.table;
+    std::lock_guard<std::mutex> lock(mutex_);
+    sink_.append(json);
+    ++outcome_->ran;
+    if (options_.counts)
+      ++options_.counts->pairs_done;
   }
 
   void say(const std::string& line) {

@@ -105,6 +105,14 @@ struct EngineOptions {
   // Append to a file whose records were written under another numeric
   // environment (twins/environment.h) with a warning instead of an error.
   bool allow_mixed_env = false;
+  // A group whose rule raises while it trains (a c10::Error from the
+  // training, never a stop or a failed write) is recorded instead of
+  // ending the run: each of its pairs not yet recorded gets a record of
+  // status "failed" with the error's line (twins::failed_result), its
+  // checkpoint is discarded, and the other groups go on. The census runs
+  // so, where a rule that cannot run is a row of the table; a rerun finds
+  // those records and does not try the rule again.
+  bool record_failures = false;
 };
 
 struct EngineOutcome {

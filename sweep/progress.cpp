@@ -100,7 +100,9 @@ void Progress::end(size_t slot, const twins::PairResult& result) {
       "({} of {} pairs done)",
       slots_[slot].group + 1, groups_, twins::pair_label(result.spec),
       result.ok() ? "done"
-                  : fmt::format("DIVERGED at step {}", result.diverged_step),
+      : result.status == twins::PairStatus::kDiverged
+          ? fmt::format("DIVERGED at step {}", result.diverged_step)
+          : "FAILED (" + result.error + ")",
       result.wall_s, twins::format_drift(twins::drift_at(result, 1)),
       twins::format_drift(last), done_, pairs_));
 }

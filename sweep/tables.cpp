@@ -1,8 +1,10 @@
 #include "sweep/tables.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> only before fmt 11)
 
 #include <algorithm>
+#include <cctype>
 
 #include "data/task.h"
 #include "optim/registry.h"
@@ -43,14 +45,16 @@ class JobList {
 };
 
 // Table 3: no --opt / --twin, so expand() gives the Table-3 rows.
-std::vector<PairSpec> table3_pairs(const PlanRequest& base) {
+std::vector<PairSpec> table3_pairs(const PlanRequest& base,
+                                   const TableOverrides&) {
   return expand(base);
 }
 
 // D.5: six Adam gauge pairs, Adam noise at 1e-7 and 1e-5, and two
 // (init, draw) combinations for each equivariant method; Muon's noise twins
 // share its init seeds (the chaos metric compares them per seed).
-std::vector<PairSpec> multiseed_pairs(const PlanRequest& base) {
+std::vector<PairSpec> multiseed_pairs(const PlanRequest& base,
+                                      const TableOverrides&) {
   JobList jobs(base);
   jobs.add("adam", "gauge", {42, 123}, {777, 999, 1234});
   jobs.add("adam", "identity", {42}, {});
@@ -66,7 +70,8 @@ std::vector<PairSpec> multiseed_pairs(const PlanRequest& base) {
 // Table 9: Adam 6 (init x draw) gauge pairs, noise 1e-7 and 1e-5, identity;
 // each equivariant method the first two of Adam's gauge pairs and a 1e-7
 // noise twin.
-std::vector<PairSpec> table9_pairs(const PlanRequest& base) {
+std::vector<PairSpec> table9_pairs(const PlanRequest& base,
+                                   const TableOverrides&) {
   JobList jobs(base);
   jobs.add("adam", "gauge", {42, 43}, {777, 888, 999});
   jobs.add("adam", "identity", {42}, {});
@@ -86,17 +91,20 @@ std::vector<PairSpec> verdicts_of(PlanRequest base,
   return verdict_specs(base);
 }
 
-std::vector<PairSpec> zoo_pairs(const PlanRequest& base) {
+std::vector<PairSpec> zoo_pairs(const PlanRequest& base,
+                                const TableOverrides&) {
   return verdicts_of(base, zoo_optimizers());
 }
 
-std::vector<PairSpec> modern_zoo_pairs(const PlanRequest& base) {
+std::vector<PairSpec> modern_zoo_pairs(const PlanRequest& base,
+                                       const TableOverrides&) {
   return verdicts_of(base, modern_optimizers());
 }
 
 // torch.optim's own classes run through a program's Python resolvers
 // (bridge/): their names resolve only where one is registered.
-std::vector<PairSpec> torch_zoo_pairs(const PlanRequest& base) {
+std::vector<PairSpec> torch_zoo_pairs(const PlanRequest& base,
+                                      const TableOverrides&) {
   TORCH_CHECK(runs_torch_rules(),
               "table torch-zoo: this program runs no Python rules (a twin-run "
               "built without Python support: install python3-dev, "
@@ -104,9 +112,33 @@ std::vector<PairSpec> torch_zoo_pairs(const PlanRequest& base) {
   return verdicts_of(base, torch_optimizers());
 }
 
+CensusLister& census_lister() {
+  static CensusLister lister;
+  return lister;
+}
+
+// The census: the verdict's four twins of every rule the installed
+// libraries register (listed by the bridge), each at its library's default
+// rate, on the Table-3 model.
+std::vector<PairSpec> census_pairs(const PlanRequest& base,
+                                   const TableOverrides& overrides) {
+  TORCH_CHECK(has_census(),
+              "table census: this program runs no Python rules (a twin-run "
+              "built without Python support: install python3-dev, "
+              "pybind11-dev and python3-torch, then reconfigure)");
+  std::vector<std::string> rules = census_lister()(overrides.rules);
+  TORCH_CHECK(!rules.empty(), "table census: no rule of ",
+              overrides.rules.empty()
+                  ? std::string("the census's libraries is installed")
+                  : fmt::format("'{}' can run here",
+                                fmt::join(overrides.rules, ", ")));
+  return verdicts_of(base, std::move(rules));
+}
+
 // Gauge twins of adam-p at every p of the dial, one learning rate for every
 // p (adam-p's default, 1e-3).
-std::vector<PairSpec> dial_pairs(const PlanRequest& base) {
+std::vector<PairSpec> dial_pairs(const PlanRequest& base,
+                                 const TableOverrides&) {
   PlanRequest r = base;
   r.opts = {"adam-p"};
   r.adam_ps = dial_exponents();
@@ -118,7 +150,8 @@ std::vector<PairSpec> dial_pairs(const PlanRequest& base) {
 // optimizers) and the gauge twins of two more rules, one equivariant but
 // chaotic (shampoo), one partly basis-dependent (adam-p0.5), each merged at
 // steps 1, 100 and the last.
-std::vector<PairSpec> merge_pairs(const PlanRequest& table) {
+std::vector<PairSpec> merge_pairs(const PlanRequest& table,
+                                  const TableOverrides&) {
   PlanRequest base = table;
   base.merge_at = default_merge_steps(base.steps);
   std::vector<PairSpec> pairs = expand(base);  // the Table-3 rows
@@ -143,6 +176,12 @@ struct Model {
 };
 
 constexpr Model kTable3Model = {"mod47", 0, 0, 0, 0, "float32", "paper-cpu"};
+// The census: the Table-3 model through kCensusSteps steps (its onsets are
+// read at steps 1 and 10, its training at the last; docs/results.md, "The
+// census", says why not the paper's 1500).
+constexpr int64_t kCensusSteps = 100;
+constexpr Model kCensusModel = {"mod47",      0,         0, 0, kCensusSteps,
+                                "float32",    "paper-cpu"};
 
 // One table: everything that tells it from the others.
 struct Config {
@@ -153,7 +192,10 @@ struct Config {
   // The device the paper's figures come from: another one is a deviation;
   // null where the device does not change the claim.
   const char* paper_device;
-  std::vector<PairSpec> (*pairs)(const PlanRequest& base);  // the job list
+  // The job list of the table's request, `overrides` for what it alone
+  // reads (the census's selection of rules).
+  std::vector<PairSpec> (*pairs)(const PlanRequest& base,
+                                 const TableOverrides& overrides);
 };
 
 // docs/protocol.md §7. Table 3 and D.5 ran on CPU in float32; Table 9 in
@@ -205,6 +247,11 @@ const Config kConfigs[] = {
      "torch.optim's own optimizers (Python): gauge, identity, noise 1e-7 "
      "and 1e-5 twins per optimizer, mod-47 2L d64, 1500 steps, CPU float32",
      kTable3Model, "cpu", torch_zoo_pairs},
+    {"census", "census",
+     "The census: every rule of the installed optimizer libraries (Python), "
+     "gauge, identity, noise 1e-7 and 1e-5 twins at its library's default "
+     "rate, mod-47 2L d64, 100 steps, CPU float32",
+     kCensusModel, "cpu", census_pairs},
     {"dial", "dial",
      "Adam-p dial inside attention: gauge twins for p in {0, 1/8, 1/4, 1/2, "
      "3/4, 1}, lr 1e-3, mod-47 2L d64, 1500 steps, CPU float32",
@@ -298,7 +345,8 @@ std::vector<int64_t> default_merge_steps(int64_t steps) {
 std::vector<std::string> table_names() {
   std::vector<std::string> out;
   for (const auto& c : kConfigs) {
-    if (c.pairs == torch_zoo_pairs && !runs_torch_rules())
+    if ((c.pairs == torch_zoo_pairs && !runs_torch_rules()) ||
+        (c.pairs == census_pairs && !has_census()))
       continue;  // not in a program without Python rules
     out.push_back(c.name);
   }
@@ -307,12 +355,16 @@ std::vector<std::string> table_names() {
 
 Table make_table(const std::string& name, const TableOverrides& overrides) {
   const Config& c = find_config(name);
+  TORCH_CHECK(overrides.rules.empty() || c.pairs == census_pairs,
+              "--rules selects the census's rules (table census); table ",
+              c.name, " takes none");
   const PlanRequest base = base_request(c, overrides);
   Table t;
   t.name = c.name;
   t.layout = c.layout;
   t.title = c.title;
-  t.pairs = c.pairs(base);
+  t.pairs = c.pairs(base, overrides);
+  t.records_failures = c.pairs == census_pairs;
   t.deviations = deviations(c, base);
   return t;
 }
@@ -355,6 +407,18 @@ std::string config_name(const std::string& name,
         c = '_';
     }
     out += "-" + d;
+  }
+  if (!overrides.rules.empty()) {
+    // "-timm-heavyball_SOAP": a file name's characters only.
+    for (const std::string& rule : overrides.rules) {
+      std::string part = rule;
+      for (char& c : part) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' &&
+            c != '.')
+          c = '_';
+      }
+      out += "-" + part;
+    }
   }
   return out;
 }
@@ -436,6 +500,16 @@ std::vector<std::string> torch_optimizers() {
     }
   }
   return names;
+}
+
+void set_census_lister(CensusLister lister) {
+  census_lister() = std::move(lister);
+}
+
+bool has_census() { return static_cast<bool>(census_lister()); }
+
+bool listed_when_run(const std::string& name) {
+  return find_config(name).pairs == census_pairs;
 }
 
 std::vector<double> dial_exponents() {

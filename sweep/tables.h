@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ struct TableOverrides {
   std::string dtype;       // empty: the table's (float32 or float64)
   int64_t stop_after = 0;  // train through this step of `steps` only
   std::string protocol;    // empty: the table's (paper-cpu or paper-gpu)
+  // The census only: its rules of these libraries ("timm") or these rules
+  // ("timm:lamb", a library and one of its registry names); empty: every
+  // rule. Named in config_name, so a selection has its own results file.
+  std::vector<std::string> rules;
 };
 
 struct Table {
@@ -33,6 +38,10 @@ struct Table {
   // Ways this job list differs from the paper's ("steps 50 (paper: 1500)");
   // empty for the paper's configuration.
   std::vector<std::string> deviations;
+  // A rule that raises while it trains is recorded and the table goes on
+  // (sweep::EngineOptions::record_failures): the census, whose rules are
+  // other people's.
+  bool records_failures = false;
 };
 
 // table3, multiseed, table9-mod47, table9-mod97-4L, table9-mod97-6L,
@@ -89,6 +98,24 @@ std::vector<std::string> torch_optimizers();
 // Whether this program resolves the torch-zoo's rules, asked of the
 // registry without starting Python.
 bool runs_torch_rules();
+
+// ---------------------------------------------------------------------------
+// The census (docs/results.md, "The census")
+
+// The census's rules: the --opt name of every rule of the installed
+// optimizer libraries that can be listed to run, selected as
+// TableOverrides::rules says (empty: all), in the census's order. Python
+// enumerates them, so a program that runs Python rules registers the
+// lister (bridge/census.h); the census table exists only there.
+using CensusLister =
+    std::function<std::vector<std::string>(const std::vector<std::string>&)>;
+void set_census_lister(CensusLister lister);
+bool has_census();
+
+// Whether a table's job list is enumerated when it runs (the census: from
+// the installed libraries, which takes seconds), so that a list of the
+// tables shows it without its cost.
+bool listed_when_run(const std::string& name);
 
 // The merge steps of a run of `steps` steps when none are given: 1, 100 and
 // the last, those within the run (docs/protocol.md §9).

@@ -600,7 +600,7 @@ TEST(BridgeCensus, EveryInstalledRuleIsListedOnceWithItsPrediction) {
 // SparseAdam, which takes sparse gradients only, is classified; Adam runs.
 TEST(BridgeCensus, TheProbeSaysWhyARuleCannotRunHere) {
   bridge::install();
-  const auto rules = bridge::census_rules(true, "torch");
+  const auto rules = bridge::census_rules(true, {"torch"});
   bool adam = false, sparse = false;
   for (const auto& rule : rules) {
     EXPECT_EQ(rule.library, "torch");
@@ -619,10 +619,10 @@ TEST(BridgeCensus, TheProbeSaysWhyARuleCannotRunHere) {
   // Where torch-optimizer is installed (the CUDA leg's venv): a wrapper
   // that takes no lr and a rule that needs Hessian-vector products are
   // classified, and its plain rules run.
-  const auto listed = bridge::census_rules(false, "torch-optimizer");
+  const auto listed = bridge::census_rules(false, {"torch-optimizer"});
   if (!listed.front().rule.empty()) {
     std::map<std::string, std::string> why;
-    for (const auto& rule : bridge::census_rules(true, "torch-optimizer"))
+    for (const auto& rule : bridge::census_rules(true, {"torch-optimizer"}))
       why[rule.rule] = rule.cannot_run;
     EXPECT_TRUE(contains(why["py:torch_optimizer:Lookahead"],
                          "cannot run here: wraps another optimizer"))
@@ -633,7 +633,7 @@ TEST(BridgeCensus, TheProbeSaysWhyARuleCannotRunHere) {
     EXPECT_EQ(why["py:torch_optimizer:Yogi"], "");
   }
   try {
-    bridge::census_rules(false, "nope");
+    bridge::census_rules(false, {"nope"});
     FAIL() << "an unknown library was listed";
   } catch (const c10::Error& e) {
     const std::string m = e.what_without_backtrace();
@@ -658,6 +658,88 @@ TEST(BridgeCli, CensusListsAndProbesALibrary) {
   EXPECT_NE(bad.code, 0);
   EXPECT_TRUE(contains(bad.err, "no library 'nope'")) << bad.err;
   EXPECT_EQ(count_lines(bad.err), 1) << bad.err;
+  fs::remove_all(dir);
+}
+
+// The census as a table: the verdict's four twins of each selected rule;
+// a rule that raises while it trains is recorded and the table goes on;
+// the aggregate sets each prediction beside its verdict and counts why a
+// rule could not run; a rerun trains nothing.
+TEST(BridgeCli, TheCensusTableJudgesEachRuleAndRecordsOneThatRaises) {
+  using namespace testing_helpers;
+  const fs::path dir = fresh_dir("bridge-census-table");
+  const std::string args =
+      "table census --rules torch:Adam,torch:SparseAdam,torch:ASGD "
+      "--steps 10 --out c.jsonl --quiet";
+  const Outcome o = twin_run(args, dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  std::map<std::string, int> status;  // "torch:SparseAdam...:failed" -> n
+  std::ifstream lines(dir / "c.jsonl");
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const std::string opt = j["opt"];
+    status[opt.substr(0, opt.find('{')) + " " +
+           j["status"].get<std::string>()]++;
+    if (j["status"] == "failed")
+      EXPECT_TRUE(contains(j["error"], "needs sparse gradients")) << line;
+  }
+  EXPECT_EQ(status["torch:Adam ok"], 4);
+  EXPECT_EQ(status["torch:ASGD ok"], 4);
+  EXPECT_EQ(status["torch:SparseAdam failed"], 4);
+  const std::string md = slurp(dir / "c.md");
+  // Library, registry names, predicted, measured, as predicted.
+  EXPECT_TRUE(contains(md, "| Adam | basis-dependent | basis-dependent | yes |"))
+      << md;
+  EXPECT_TRUE(contains(md, "| ASGD | equivariant | equivariant | yes |")) << md;
+  EXPECT_TRUE(contains(md, "2 rules judged")) << md;
+  EXPECT_TRUE(contains(md, "1 cannot run here (1 needs sparse gradients)"))
+      << md;
+  const Outcome again = twin_run(args, dir);
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_TRUE(contains(again.out, "12 already recorded")) << again.out;
+  EXPECT_EQ(count_lines(slurp(dir / "c.jsonl")), 12);
+  // --rules is the census's alone; an unknown rule is named.
+  const Outcome zoo = twin_run("table zoo --rules torch --steps 2", dir);
+  EXPECT_NE(zoo.code, 0);
+  EXPECT_TRUE(contains(zoo.err, "--rules selects the census's rules"))
+      << zoo.err;
+  const Outcome nope = twin_run("table census --rules torch:Nope --steps 2", dir);
+  EXPECT_NE(nope.code, 0);
+  EXPECT_TRUE(contains(nope.err, "has no rule named 'Nope'")) << nope.err;
+  EXPECT_EQ(count_lines(nope.err), 1) << nope.err;
+  fs::remove_all(dir);
+}
+
+// The short census of CI's torch-2.x leg (where the libraries are
+// installed, tests/python/requirements.txt): one or two rules of each
+// library whose class is certain from its update (an elementwise second
+// moment or sign: basis-dependent; momentum SGD with scalar coefficients:
+// equivariant), each judged as predicted in ten steps.
+TEST(BridgeCli, AShortCensusOfEveryLibraryJudgesTheCertainRules) {
+  using namespace testing_helpers;
+  bridge::install();
+  for (const char* library : {"pytorch_optimizer", "timm", "heavyball",
+                              "torch-optimizer", "schedulefree",
+                              "lion-pytorch"}) {
+    if (bridge::census_rules(false, {library}).front().rule.empty())
+      GTEST_SKIP() << library << " is not installed here";
+  }
+  const fs::path dir = fresh_dir("bridge-census-short");
+  const Outcome o = twin_run(
+      "table census --rules torch:Adam,pytorch_optimizer:adabelief,"
+      "pytorch_optimizer:sgdw,timm:lamb,timm:momentum,heavyball:AdamW,"
+      "torch-optimizer:DiffGrad,torch-optimizer:SGDW,"
+      "schedulefree:SGDScheduleFree,lion-pytorch:Lion "
+      "--steps 10 --jobs 2 --out s.jsonl --quiet",
+      dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const std::string md = slurp(dir / "s.md");
+  EXPECT_TRUE(contains(md, "10 rules judged")) << md;
+  EXPECT_TRUE(contains(md, "Every judged rule measured as predicted.")) << md;
+  for (const char* library : {"pytorch_optimizer ", "timm ", "heavyball ",
+                              "torch-optimizer ", "schedulefree ",
+                              "lion-pytorch "})
+    EXPECT_TRUE(contains(md, std::string("| ") + library)) << library << md;
   fs::remove_all(dir);
 }
 

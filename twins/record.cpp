@@ -285,6 +285,8 @@ json to_json(const PairResult& result) {
   j["status"] = to_string(result.status);
   j["diverged_step"] =
       result.diverged_step > 0 ? json(result.diverged_step) : json(nullptr);
+  if (result.status == PairStatus::kFailed)
+    j["error"] = result.error;
   if (!result.merges.empty()) {
     json merges = json::array();
     for (const auto& m : result.merges)
@@ -329,6 +331,8 @@ PairResult from_json(const json& j) {
   if (j.contains("diverged_step") && !j["diverged_step"].is_null()) {
     r.diverged_step = integer(j["diverged_step"], "diverged_step");
   }
+  if (r.status == PairStatus::kFailed)
+    r.error = text(field(j, "error"), "error");
   if (j.contains("merge")) {
     TORCH_CHECK(j["merge"].is_array(), "field 'merge' is not an array");
     for (const json& m : j["merge"])

@@ -1,6 +1,7 @@
 #include "twins/result.h"
 
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -25,7 +26,15 @@ double mean(const std::vector<double>& v) {
 }  // namespace
 
 const char* to_string(PairStatus status) {
-  return status == PairStatus::kOk ? "ok" : "diverged";
+  switch (status) {
+    case PairStatus::kOk:
+      return "ok";
+    case PairStatus::kDiverged:
+      return "diverged";
+    case PairStatus::kFailed:
+      return "failed";
+  }
+  return "?";
 }
 
 PairStatus parse_pair_status(const std::string& text) {
@@ -33,7 +42,32 @@ PairStatus parse_pair_status(const std::string& text) {
     return PairStatus::kOk;
   if (text == "diverged")
     return PairStatus::kDiverged;
-  TORCH_CHECK(false, "Unknown pair status: '", text, "' (known: ok, diverged)");
+  if (text == "failed")
+    return PairStatus::kFailed;
+  TORCH_CHECK(false, "Unknown pair status: '", text,
+              "' (known: ok, diverged, failed)");
+}
+
+PairResult failed_result(const PairSpec& spec, const std::string& error) {
+  PairResult result;
+  result.spec = spec;
+  result.status = PairStatus::kFailed;
+  result.error = error;
+  result.torch_version = TORCH_VERSION;
+  result.numeric_env = numeric_env(spec.device);
+  return result;
+}
+
+std::string status_text(const PairResult& result) {
+  switch (result.status) {
+    case PairStatus::kOk:
+      return "ok";
+    case PairStatus::kDiverged:
+      return fmt::format("diverged at step {}", result.diverged_step);
+    case PairStatus::kFailed:
+      return "failed: " + result.error;
+  }
+  return "?";
 }
 
 double drift_at(const PairResult& result, int64_t step) {

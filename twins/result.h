@@ -21,8 +21,13 @@ namespace twins {
 enum class PairStatus {
   kOk,        // trained through every step
   kDiverged,  // stopped at the first non-finite training loss
+  // The rule raised while its group trained (a Python rule's error): a
+  // record of what could not be measured, written only where a run keeps
+  // going past a rule's error (sweep::EngineOptions::record_failures, the
+  // census); its curve is empty and `error` says why.
+  kFailed,
 };
-const char* to_string(PairStatus status);  // "ok", "diverged"
+const char* to_string(PairStatus status);  // "ok", "diverged", "failed"
 // Throws naming the value for anything else.
 PairStatus parse_pair_status(const std::string& text);
 
@@ -35,6 +40,7 @@ struct PairResult {
   std::array<double, 2> train_loss{};  // loss of the last training step
   PairStatus status = PairStatus::kOk;
   int64_t diverged_step = -1;      // first step with a non-finite loss
+  std::string error;               // kFailed: the error's one line
   std::vector<MergePoint> merges;  // head merging at spec.merge_at (§9)
   double wall_s = 0;               // seconds from its group's start to its end
   int group_pairs = 1;             // pairs that shared its copy 1's training
@@ -43,6 +49,14 @@ struct PairResult {
 
   bool ok() const { return status == PairStatus::kOk; }
 };
+
+// The record of a pair whose group raised `error` (status kFailed, no
+// curve), with this build's torch version and numeric environment.
+PairResult failed_result(const PairSpec& spec, const std::string& error);
+
+// How a pair ended, for a summary: "ok", "diverged at step N", "failed:
+// <error>".
+std::string status_text(const PairResult& result);
 
 // The logit drift at checkpoint `step`; NaN when the curve has none.
 double drift_at(const PairResult& result, int64_t step);
