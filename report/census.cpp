@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> only before fmt 11)
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 #include <utility>
 
 #include "report/sections.h"
+#include "twins/trained.h"
 #include "report/verdict.h"
 
 namespace report {
@@ -22,15 +24,47 @@ CensusSource& source() {
   return census;
 }
 
-// Trained: copy 1's validation loss at the last step at most this fraction
-// of step 0's (docs/results.md, "The census").
-constexpr double kTrainedLossFraction = 0.9;
-
-// One rule's four records, judged.
+// One rule at one rate: its four records, judged.
 struct Judged {
   Verdict verdict;
   const PairResult* gauge = nullptr;
   const PairResult* onset = nullptr;  // the 1e-5 noise twin
+  double lr = 0;
+  bool trained = false;  // twins::trained on the gauge twin's copy 1
+};
+
+// One rule's records: every rate with its four records, in the records'
+// order — the census records a rule's default rate first and tries others
+// only after it (twins::census_rates) — and how many records of
+// an incomplete set of four there are.
+struct RuleRecords {
+  std::vector<Judged> rates;
+  size_t pending = 0;
+
+  bool any_trained() const {
+    return std::any_of(rates.begin(), rates.end(),
+                       [](const Judged& j) { return j.trained; });
+  }
+  bool all_diverged() const {
+    return !rates.empty() &&
+           std::all_of(rates.begin(), rates.end(), [](const Judged& j) {
+             return j.gauge->status == twins::PairStatus::kDiverged;
+           });
+  }
+  // The rate the verdict is read at: the default where it trained (or
+  // where nothing else was tried), else the rate that trained to the
+  // lowest training loss, else the default.
+  const Judged& chosen() const {
+    const Judged* best = &rates.front();
+    if (best->trained)
+      return *best;
+    for (const Judged& j : rates) {
+      if (j.trained && (!best->trained || j.gauge->train_loss[0] <
+                                              best->gauge->train_loss[0]))
+        best = &j;
+    }
+    return *best;
+  }
 };
 
 bool is_onset_noise(const PairResult& r) {
@@ -39,30 +73,43 @@ bool is_onset_noise(const PairResult& r) {
              1e-9 * twins::kOnsetNoiseScale;
 }
 
-// Every rule whose four records are there, by --opt name; `pending` gets
-// the others with how many records they have.
-std::map<std::string, Judged> judge_rules(
-    const Records& all, std::map<std::string, size_t>* pending) {
-  std::map<std::string, std::vector<PairResult>> by_opt;
-  for (const auto& r : all)
-    by_opt[r.spec.opt].push_back(r);
-  std::map<std::string, Judged> out;
-  for (const auto& [opt, records] : by_opt) {
-    if (records.size() != 4) {
-      (*pending)[opt] = records.size();
-      continue;
+Judged judge_rate(const std::vector<const PairResult*>& records) {
+  std::vector<PairResult> copies;
+  Judged judged;
+  for (const PairResult* r : records) {
+    copies.push_back(*r);
+    if (r->spec.twin == twins::TwinKind::kGauge)
+      judged.gauge = r;
+    else if (is_onset_noise(*r))
+      judged.onset = r;
+  }
+  judged.verdict = judge(copies);
+  judged.lr = judged.gauge->spec.lr;
+  judged.trained = twins::trained(*judged.gauge);
+  return judged;
+}
+
+// Every rule of the records by --opt name, its rates in the records' order.
+std::map<std::string, RuleRecords> judge_rules(const Records& all) {
+  std::map<std::string, std::vector<double>> rates;  // first-seen order
+  std::map<std::pair<std::string, double>, std::vector<const PairResult*>>
+      sets;
+  for (const auto& r : all) {
+    std::vector<double>& seen = rates[r.spec.opt];
+    if (std::find(seen.begin(), seen.end(), r.spec.lr) == seen.end())
+      seen.push_back(r.spec.lr);
+    sets[{r.spec.opt, r.spec.lr}].push_back(&r);
+  }
+  std::map<std::string, RuleRecords> out;
+  for (const auto& [opt, lrs] : rates) {
+    RuleRecords& rule = out[opt];
+    for (double lr : lrs) {
+      const auto& records = sets[{opt, lr}];
+      if (records.size() == 4)
+        rule.rates.push_back(judge_rate(records));
+      else
+        rule.pending += records.size();
     }
-    Judged judged;
-    judged.verdict = judge(records);
-    for (const auto& r : all) {
-      if (r.spec.opt != opt)
-        continue;
-      if (r.spec.twin == twins::TwinKind::kGauge)
-        judged.gauge = &r;
-      else if (is_onset_noise(r))
-        judged.onset = &r;
-    }
-    out.emplace(opt, judged);
   }
   return out;
 }
@@ -73,15 +120,33 @@ double ratio_at(const Judged& judged, int64_t step) {
          twins::drift_at(*judged.onset, step);
 }
 
-// "yes (3.85 -> 0.91)", "no (3.85 -> 3.84)", "–" without a curve.
-std::string trained(const PairResult& r) {
-  if (r.curve.size() < 2 || !r.ok())
+// "yes (4.01 -> 0.144)": the initial model's loss, then the training loss
+// at the last step; "diverged at step 7"; "–" without a curve.
+std::string trained_text(const Judged& judged) {
+  const PairResult& r = *judged.gauge;
+  if (r.status == twins::PairStatus::kDiverged)
+    return fmt::format("diverged at step {}", r.diverged_step);
+  if (r.curve.empty() || !r.ok())
     return "–";
-  const double start = r.curve.front().val_loss[0];
-  const double end = r.curve.back().val_loss[0];
-  return fmt::format("{} ({:.3g} -> {:.3g})",
-                     end <= kTrainedLossFraction * start ? "yes" : "no", start,
-                     end);
+  return fmt::format("{} ({:.3g} -> {:.3g})", judged.trained ? "yes" : "no",
+                     r.curve.front().val_loss[0], r.train_loss[0]);
+}
+
+// "0.001", or with other rates tried "0.01 (tried: 0.001 no, 0.0001 no,
+// 0.01 yes, 0.1 diverged, 1 no)", the default first.
+std::string rates_text(const RuleRecords& rule) {
+  const std::string chosen = fmt::format("{:g}", rule.chosen().lr);
+  if (rule.rates.size() == 1)
+    return chosen;
+  std::vector<std::string> tried;
+  for (const Judged& j : rule.rates) {
+    tried.push_back(fmt::format(
+        "{:g} {}", j.lr,
+        j.gauge->status == twins::PairStatus::kDiverged ? "diverged"
+        : j.trained                                      ? "yes"
+                                                         : "no"));
+  }
+  return fmt::format("{} (tried: {})", chosen, fmt::join(tried, ", "));
 }
 
 // The rule's class on the Table-3 model as the records alone tell it.
@@ -118,6 +183,7 @@ struct Counts {
   };
   std::vector<std::pair<std::string, Library>> libraries;  // census order
   std::vector<std::string> disagreements;
+  size_t untrained = 0;  // judged at a rate that did not train
 
   Library& library(const std::string& name) {
     if (libraries.empty() || libraries.back().first != name)
@@ -131,8 +197,64 @@ std::string library_label(const CensusEntry& entry) {
                                : entry.library + " " + entry.version;
 }
 
-Section::Row census_row(const CensusEntry& entry, const Judged* judged,
-                        size_t pending_records, Counts& counts) {
+// The row's cells of a rule the records judge: measured, as predicted,
+// trained, lr and the four figures; counted in `counts`.
+void judged_cells(const CensusEntry& entry, const RuleRecords& rule,
+                  Counts& counts, std::vector<std::string>* cells,
+                  std::vector<Figure>* figures) {
+  Counts::Library& library = counts.library(library_label(entry));
+  const Judged& judged = rule.chosen();
+  const Verdict& v = judged.verdict;
+  std::string& measured = (*cells)[0];
+  measured = verdict_label(v);
+  (*cells)[3] = rates_text(rule);
+  if (v.verdict == VerdictClass::kFailed) {
+    ++library.cannot;
+    // The bridge says "cannot run here: needs …" where it knows why.
+    const size_t known = v.error.find("cannot run here: ");
+    if (known != std::string::npos) {
+      measured = v.error.substr(known);
+      ++counts.reasons[reason_class(measured)];
+    } else {
+      measured += ": " + v.error;
+      ++counts.reasons["raises while it trains"];
+    }
+    return;
+  }
+  (*cells)[2] = trained_text(judged);
+  if (rule.all_diverged()) {
+    measured = "diverges at every rate tried (" + measured + ")";
+    ++library.cannot;
+    ++counts.reasons["diverges at every rate tried"];
+    return;
+  }
+  ++library.judged;
+  ++counts.verdicts[verdict_label(v)];
+  if (!rule.any_trained()) {
+    (*cells)[2] += "; no rate tried trains";
+    ++counts.untrained;
+  }
+  const std::string cls = measured_class(v);
+  if (!entry.table3.empty() && !cls.empty()) {
+    const bool same = cls == entry.table3;
+    (*cells)[1] = same ? "yes" : "NO";
+    library.agree += same;
+    if (!same)
+      counts.disagreements.push_back(fmt::format(
+          "{} {}: predicted {}, measured {}", entry.library,
+          entry.aliases.empty() ? entry.opt : entry.aliases.front(),
+          entry.table3, verdict_label(v)));
+  }
+  *figures = {value(v.onset_ratio_step1, 1, Unit::kRatio),
+              value(ratio_at(judged, 10), 1, Unit::kRatio),
+              value(ratio_at(judged, judged.gauge->spec.steps), 1,
+                    Unit::kRatio),
+              value(v.identity_max, 1, Unit::kDrift)};
+}
+
+// `rule`: its records, null when there are none.
+Section::Row census_row(const CensusEntry& entry, const RuleRecords* rule,
+                        Counts& counts) {
   Section::Row row;
   Counts::Library& library = counts.library(library_label(entry));
   ++library.rules;
@@ -141,55 +263,21 @@ Section::Row census_row(const CensusEntry& entry, const Judged* judged,
       : entry.predicted == entry.table3
           ? entry.predicted
           : entry.predicted + " (" + entry.table3 + ")";
-  std::string measured, agree = "–", train = "–", lr = "–";
+  // measured, as predicted, trained, lr
+  std::vector<std::string> cells = {"", "–", "–", "–"};
   row.figures.assign(4, Figure{});
   if (!entry.cannot_run.empty()) {
-    measured = entry.cannot_run;
+    cells[0] = entry.cannot_run;
     ++library.cannot;
     ++counts.reasons[reason_class(entry.cannot_run)];
-  } else if (!judged) {
-    measured = fmt::format("pending ({} of 4 pairs)", pending_records);
+  } else if (!rule || rule->rates.empty()) {
+    cells[0] = fmt::format("pending ({} of 4 pairs)", rule ? rule->pending : 0);
   } else {
-    const Verdict& v = judged->verdict;
-    measured = verdict_label(v);
-    if (v.verdict == VerdictClass::kFailed) {
-      measured += ": " + v.error;
-      ++library.cannot;
-      // The bridge says "cannot run here: needs …" where it knows why.
-      const size_t known = v.error.find("cannot run here: ");
-      ++counts.reasons[known != std::string::npos
-                           ? reason_class(v.error.substr(known))
-                           : "raises while it trains"];
-    } else {
-      ++library.judged;
-      ++counts.verdicts[verdict_label(v)];
-      const std::string cls = measured_class(v);
-      if (!entry.table3.empty() && !cls.empty()) {
-        const bool same = cls == entry.table3;
-        agree = same ? "yes" : "NO";
-        library.agree += same;
-        if (!same)
-          counts.disagreements.push_back(fmt::format(
-              "{} {}: predicted {}, measured {}", entry.library,
-              entry.aliases.empty() ? entry.opt : entry.aliases.front(),
-              entry.table3, verdict_label(v)));
-      }
-      train = trained(*judged->gauge);
-      row.figures = {value(v.onset_ratio_step1, 1, Unit::kRatio),
-                     value(ratio_at(*judged, 10), 1, Unit::kRatio),
-                     value(ratio_at(*judged, judged->gauge->spec.steps), 1,
-                           Unit::kRatio),
-                     value(v.identity_max, 1, Unit::kDrift)};
-    }
-    lr = fmt::format("{:g}", judged->gauge->spec.lr);
+    judged_cells(entry, *rule, counts, &cells, &row.figures);
   }
   row.labels = {library_label(entry),
-                fmt::format("{}", fmt::join(entry.aliases, ", ")),
-                predicted,
-                measured,
-                agree,
-                train,
-                lr};
+                fmt::format("{}", fmt::join(entry.aliases, ", ")), predicted};
+  row.labels.insert(row.labels.end(), cells.begin(), cells.end());
   return row;
 }
 
@@ -228,10 +316,12 @@ std::string counts_note(const Counts& counts) {
     agree += library.agree;
   }
   return fmt::format(
-      "Counts: {} rules judged ({}), {} as predicted; {} cannot run here ({}). "
-      "Per library: {}.",
-      judged, verdicts.empty() ? "none" : fmt::format("{}", fmt::join(verdicts, ", ")),
-      agree, cannot,
+      "Counts: {} rules judged ({}), {} as predicted, {} at no rate that "
+      "trains; {} cannot run here ({}). Per library: {}.",
+      judged,
+      verdicts.empty() ? "none"
+                       : fmt::format("{}", fmt::join(verdicts, ", ")),
+      agree, counts.untrained, cannot,
       reasons.empty() ? "none" : fmt::format("{}", fmt::join(reasons, ", ")),
       fmt::join(libraries, "; "));
 }
@@ -239,16 +329,16 @@ std::string counts_note(const Counts& counts) {
 }  // namespace
 
 std::vector<CensusPoint> census_points(const Records& all) {
-  std::map<std::string, size_t> pending;
-  const std::map<std::string, Judged> judged = judge_rules(all, &pending);
+  const std::map<std::string, RuleRecords> rules = judge_rules(all);
   std::vector<CensusPoint> points;
   for (const CensusEntry& entry :
        source() ? source()() : entries_of_records(all)) {
-    const auto it = judged.find(entry.opt);
-    if (it == judged.end() ||
-        it->second.verdict.verdict == VerdictClass::kFailed)
+    const auto it = rules.find(entry.opt);
+    if (it == rules.end() || it->second.rates.empty() ||
+        it->second.chosen().verdict.verdict == VerdictClass::kFailed ||
+        it->second.all_diverged())
       continue;
-    const Verdict& v = it->second.verdict;
+    const Verdict& v = it->second.chosen().verdict;
     points.push_back(
         {library_label(entry),
          entry.aliases.empty() ? entry.opt : entry.aliases.front(),
@@ -266,10 +356,9 @@ std::optional<Section> census_section(const Records& all) {
   Section s = section_of(
       "census", "Every rule of the installed libraries: predicted and measured",
       {"library", "rule (registry names)", "predicted (on Table 3)",
-       "measured", "as predicted", "trained (val loss)", "lr"},
+       "measured", "as predicted", "trained (loss: step 0 -> last)", "lr"},
       {"ratio, step 1", "ratio, step 10", "ratio, last", "A=I, any step"});
-  std::map<std::string, size_t> pending;
-  const std::map<std::string, Judged> judged = judge_rules(all, &pending);
+  const std::map<std::string, RuleRecords> rules = judge_rules(all);
   const std::vector<CensusEntry> entries =
       source() ? source()() : entries_of_records(all);
   // The rules the records hold, and those of their libraries that could
@@ -277,16 +366,15 @@ std::optional<Section> census_section(const Records& all) {
   // rule); libraries not installed where the records span several.
   std::set<std::string> libraries;
   for (const CensusEntry& entry : entries) {
-    if (judged.count(entry.opt) || pending.count(entry.opt))
+    if (rules.count(entry.opt))
       libraries.insert(entry.library);
   }
   if (libraries.empty())
     return std::nullopt;
   Counts counts;
   for (const CensusEntry& entry : entries) {
-    const auto it = judged.find(entry.opt);
-    const auto waiting = pending.find(entry.opt);
-    const bool recorded = it != judged.end() || waiting != pending.end();
+    const auto it = rules.find(entry.opt);
+    const bool recorded = it != rules.end();
     const bool shown =
         recorded ||
         (!entry.cannot_run.empty() &&
@@ -295,10 +383,8 @@ std::optional<Section> census_section(const Records& all) {
            libraries.size() > 1)));
     if (!shown)
       continue;
-    s.rows.push_back(census_row(entry,
-                                it == judged.end() ? nullptr : &it->second,
-                                waiting == pending.end() ? 0 : waiting->second,
-                                counts));
+    s.rows.push_back(
+        census_row(entry, recorded ? &it->second : nullptr, counts));
   }
   s.notes.push_back(counts_note(counts));
   s.notes.push_back(
@@ -310,10 +396,12 @@ std::optional<Section> census_section(const Records& all) {
   s.notes.push_back(fmt::format(
       "Ratios: the gauge twin's logit drift over the 1e-5 noise twin's at "
       "steps 1, 10 and the last; the verdict's rules are the zoo's "
-      "(docs/protocol.md §10). Trained: copy 1's validation loss at the "
-      "last step at most {:g} of step 0's. Predictions: "
+      "(docs/protocol.md §10). Trained: copy 1's training loss at the last "
+      "step at most {:g} of the initial model's loss; a rule whose default "
+      "rate does not train is run at {} too, and judged at the rate that "
+      "trains to the lowest loss (lr: every rate tried). Predictions: "
       "bridge/census_predictions.tsv, set before any measurement.",
-      kTrainedLossFraction));
+      twins::kTrainedLossFraction, fmt::join(twins::census_rates(), ", ")));
   return s;
 }
 

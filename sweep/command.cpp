@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "twins/io.h"
 #include "twins/setup.h"
 #include "twins/snapshot.h"
+#include "twins/trained.h"
 
 namespace sweep {
 
@@ -36,6 +38,9 @@ struct Prepared {
   CommandOutcome outcome;
   std::unique_ptr<SavedPairs> saved;  // merge --models; null: train
   std::vector<std::string> lines;  // said on the log before the run
+  // The pairs the table adds once these are recorded (Table::follow_up).
+  std::function<std::vector<PairSpec>(const std::vector<twins::PairResult>&)>
+      follow_up;
 };
 
 std::string results_path(const CommandRequest& request,
@@ -287,6 +292,7 @@ Prepared resolve_table(const CommandRequest& request) {
   }
   prepared.outcome.layout = table.layout;
   prepared.outcome.expected = {job_list};
+  prepared.follow_up = table.follow_up;
   prepared.outcome.summary_stem =
       twins::summary_stem(prepared.engine.results_path);
   return prepared;
@@ -386,6 +392,12 @@ CommandOutcome resolve_aggregate(const CommandRequest& request) {
     if (!tables.count(config))
       tables.emplace(config, make_table(t, o));
   }
+  for (auto& [config, table] : tables) {
+    if (table.follow_up) {
+      const std::vector<PairSpec> more = table.follow_up(out.results());
+      table.pairs.insert(table.pairs.end(), more.begin(), more.end());
+    }
+  }
   std::vector<std::string> configs;
   std::map<std::string, std::string> config_of;  // table name -> its config
   for (const auto& [config, t] : tables) {
@@ -428,6 +440,33 @@ CommandOutcome resolve_aggregate(const CommandRequest& request) {
   // read_records marked the inputs: no summary may replace one.
   check_summaries(out.summary_stem, request.inputs.front());
   return out;
+}
+
+// A table's second part (the census's other rates): the pairs its records
+// call for, run into the same file, their records and counts added to the
+// first part's.
+void run_follow_up(const Prepared& prepared, CommandOutcome& out) {
+  const std::vector<PairSpec> more = prepared.follow_up(out.results());
+  if (more.empty())
+    return;
+  if (!prepared.engine.quiet) {
+    fmt::print(prepared.engine.log,
+               "{} more pairs: the rules that did not train at their "
+               "default rate, at the rates {}\n",
+               more.size(), fmt::join(twins::census_rates(), ", "));
+  }
+  EngineOutcome next = run_sweep(more, prepared.engine, nullptr);
+  EngineOutcome& run = out.run;
+  run.already += next.already;
+  run.ran += next.ran;
+  run.groups += next.groups;
+  run.models += next.models;
+  run.dropped_truncated = run.dropped_truncated || next.dropped_truncated;
+  run.wall_s += next.wall_s;
+  for (StoredRecord& record : next.records)
+    run.records.push_back(std::move(record));
+  Table& job_list = out.expected.front();
+  job_list.pairs.insert(job_list.pairs.end(), more.begin(), more.end());
 }
 
 Prepared resolve(const CommandRequest& request) {
@@ -508,6 +547,8 @@ CommandOutcome run_command(const CommandRequest& request) {
   out.kind = request.kind;
   out.results_path = prepared.engine.results_path;
   out.run = run_sweep(prepared.pairs, prepared.engine, prepared.saved.get());
+  if (prepared.follow_up)
+    run_follow_up(prepared, out);
   return out;
 }
 

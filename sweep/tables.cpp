@@ -5,9 +5,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <map>
+#include <set>
 
 #include "data/task.h"
 #include "optim/registry.h"
+#include "twins/trained.h"
 #include "sweep/plan.h"
 
 namespace sweep {
@@ -132,7 +136,60 @@ std::vector<PairSpec> census_pairs(const PlanRequest& base,
                   ? std::string("the census's libraries is installed")
                   : fmt::format("'{}' can run here",
                                 fmt::join(overrides.rules, ", ")));
-  return verdicts_of(base, std::move(rules));
+  std::vector<PairSpec> out;
+  for (const std::string& rule : rules) {
+    // A rule its library gives no rate (torch 1.13's SGD) is tried at
+    // every rate of twins::census_rates() at once; 0: the default.
+    std::vector<double> rates = {0};
+    if (optim::find_optimizer(rule).lr <= 0)
+      rates = twins::census_rates();
+    for (double lr : rates) {
+      PlanRequest request = base;
+      request.lr = lr;
+      for (PairSpec& spec : verdicts_of(request, {rule}))
+        out.push_back(std::move(spec));
+    }
+  }
+  return out;
+}
+
+// The census's second part: for each rule whose gauge twin is recorded at
+// its library's default rate (in `pairs`) and did not train there (a
+// diverged pair did not either; a failed one is not tried again), the
+// verdict's four twins at every rate of twins::census_rates() but the
+// default.
+std::vector<PairSpec> census_more_rates(
+    const PlanRequest& base, const std::vector<PairSpec>& pairs,
+    const std::vector<twins::PairResult>& records) {
+  std::map<std::string, const twins::PairResult*> by_key;
+  for (const twins::PairResult& record : records)
+    by_key.emplace(record.spec.key(), &record);
+  std::set<std::string> listed, tried;  // pairs' keys; rules tried again
+  for (const PairSpec& pair : pairs)
+    listed.insert(pair.key());
+  std::vector<PairSpec> out;
+  for (const PairSpec& pair : pairs) {
+    if (pair.twin != twins::TwinKind::kGauge || tried.count(pair.opt))
+      continue;
+    const auto it = by_key.find(pair.key());
+    if (it == by_key.end() ||
+        it->second->status == twins::PairStatus::kFailed ||
+        twins::trained(*it->second))
+      continue;
+    for (double lr : twins::census_rates()) {
+      if (std::abs(lr - pair.lr) <= 1e-9 * lr)
+        continue;
+      PlanRequest request = base;
+      request.opts = {pair.opt};
+      request.lr = lr;
+      for (PairSpec& spec : verdict_specs(request)) {
+        if (!listed.count(spec.key()))  // already a pair of the table
+          out.push_back(std::move(spec));
+      }
+    }
+    tried.insert(pair.opt);
+  }
+  return out;
 }
 
 // Gauge twins of adam-p at every p of the dial, one learning rate for every
@@ -365,6 +422,12 @@ Table make_table(const std::string& name, const TableOverrides& overrides) {
   t.title = c.title;
   t.pairs = c.pairs(base, overrides);
   t.records_failures = c.pairs == census_pairs;
+  if (c.pairs == census_pairs) {
+    t.follow_up = [base, pairs = t.pairs](
+                      const std::vector<twins::PairResult>& records) {
+      return census_more_rates(base, pairs, records);
+    };
+  }
   t.deviations = deviations(c, base);
   return t;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sweep/plan.h"
+#include "twins/result.h"  // PairResult
 #include "twins/spec.h"
 
 namespace sweep {
@@ -42,6 +43,13 @@ struct Table {
   // (sweep::EngineOptions::record_failures): the census, whose rules are
   // other people's.
   bool records_failures = false;
+  // The pairs the table adds once `pairs` are recorded, from their records
+  // (given the records of any of them: a shard's); null for a table whose
+  // job list is `pairs` alone. The census: twins::census_rates() for
+  // each rule its library's default did not train (twins::trained).
+  std::function<std::vector<twins::PairSpec>(
+      const std::vector<twins::PairResult>& records)>
+      follow_up;
 };
 
 // table3, multiseed, table9-mod47, table9-mod97-4L, table9-mod97-6L,

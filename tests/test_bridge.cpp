@@ -89,6 +89,7 @@ TEST(BridgeWithoutPython, TheCensusIsAOneLineError) {
 #include "twins/pair.h"
 #include "twins/record.h"
 #include "twins/setup.h"
+#include "twins/trained.h"
 
 using namespace bridge_testing;
 
@@ -670,34 +671,49 @@ TEST(BridgeCli, TheCensusTableJudgesEachRuleAndRecordsOneThatRaises) {
   const fs::path dir = fresh_dir("bridge-census-table");
   const std::string args =
       "table census --rules torch:Adam,torch:SparseAdam,torch:ASGD "
-      "--steps 10 --out c.jsonl --quiet";
+      "--steps 20 --jobs 2 --out c.jsonl --quiet";
   const Outcome o = twin_run(args, dir);
   ASSERT_EQ(o.code, 0) << o.err;
-  std::map<std::string, int> status;  // "torch:SparseAdam...:failed" -> n
+  std::map<std::string, int> status;  // "torch:SparseAdam failed" -> n
+  std::map<std::string, std::set<double>> rates;  // "torch:Adam" -> lrs
   std::ifstream lines(dir / "c.jsonl");
   for (std::string line; std::getline(lines, line);) {
     const nlohmann::json j = nlohmann::json::parse(line);
     const std::string opt = j["opt"];
-    status[opt.substr(0, opt.find('{')) + " " +
-           j["status"].get<std::string>()]++;
+    const std::string rule = opt.substr(0, opt.find('{'));
+    status[rule + " " + j["status"].get<std::string>()]++;
+    rates[rule].insert(j["lr"].get<double>());
     if (j["status"] == "failed")
       EXPECT_TRUE(contains(j["error"], "needs sparse gradients")) << line;
   }
-  EXPECT_EQ(status["torch:Adam ok"], 4);
-  EXPECT_EQ(status["torch:ASGD ok"], 4);
+  // Neither Adam at its 1e-3 nor ASGD at its 1e-2 halves the loss in 20
+  // steps: each is run at the other rates of twins::census_rates() too,
+  // four twins a rate; SparseAdam, which raised, is not tried again.
+  const std::vector<double> rates_tried = twins::census_rates();
+  const std::set<double> grid(rates_tried.begin(), rates_tried.end());
+  EXPECT_EQ(rates["torch:Adam"], grid);
+  EXPECT_EQ(rates["torch:ASGD"], grid);
+  EXPECT_EQ(rates["torch:SparseAdam"], std::set<double>{1e-3});
+  EXPECT_EQ(status["torch:Adam ok"] + status["torch:Adam diverged"], 20);
+  EXPECT_EQ(status["torch:ASGD ok"], 20);
   EXPECT_EQ(status["torch:SparseAdam failed"], 4);
   const std::string md = slurp(dir / "c.md");
-  // Library, registry names, predicted, measured, as predicted.
-  EXPECT_TRUE(contains(md, "| Adam | basis-dependent | basis-dependent | yes |"))
+  // Library, registry names, predicted, measured, as predicted; Adam read
+  // at a rate that trains, ASGD at its default, trained at none.
+  EXPECT_TRUE(contains(md, "| Adam | basis-dependent | basis-dependent | yes | yes ("))
       << md;
-  EXPECT_TRUE(contains(md, "| ASGD | equivariant | equivariant | yes |")) << md;
+  EXPECT_TRUE(contains(md, "(tried: 0.001 no, 0.0001 ")) << md;
+  EXPECT_TRUE(contains(md, "| ASGD | equivariant | equivariant | yes | no (")) << md;
+  EXPECT_TRUE(contains(md, "no rate tried trains | 0.01 (tried: 0.01 no, ")) << md;
+  EXPECT_TRUE(contains(md, "| cannot run here: needs sparse gradients")) << md;
   EXPECT_TRUE(contains(md, "2 rules judged")) << md;
+  EXPECT_TRUE(contains(md, "1 at no rate that trains")) << md;
   EXPECT_TRUE(contains(md, "1 cannot run here (1 needs sparse gradients)"))
       << md;
   const Outcome again = twin_run(args, dir);
   ASSERT_EQ(again.code, 0) << again.err;
-  EXPECT_TRUE(contains(again.out, "12 already recorded")) << again.out;
-  EXPECT_EQ(count_lines(slurp(dir / "c.jsonl")), 12);
+  EXPECT_TRUE(contains(again.out, "44 already recorded")) << again.out;
+  EXPECT_EQ(count_lines(slurp(dir / "c.jsonl")), 44);
   // --rules is the census's alone; an unknown rule is named.
   const Outcome zoo = twin_run("table zoo --rules torch --steps 2", dir);
   EXPECT_NE(zoo.code, 0);
