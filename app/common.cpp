@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include "bridge/bridge.h"
+#include "bridge/census.h"
+#include "report/census.h"
+#include "sweep/tables.h"
 #include "report/aggregate.h"
 #include "report/output.h"
 
@@ -23,6 +26,35 @@ sweep::CommandRequest with_python_rules(sweep::CommandRequest request,
                                         const std::string& opt_args) {
   request.plan.opts = bridge::resolve_rules(request.plan.opts, opt_args);
   return request;
+}
+
+void install_census() {
+  if (!bridge::available())
+    return;
+  sweep::set_census_lister([](const std::vector<std::string>& select) {
+    std::vector<std::string> names;
+    for (const bridge::CensusRule& rule : bridge::census_rules(false, select)) {
+      if (!rule.opt.empty() && rule.cannot_run.empty())
+        names.push_back(rule.opt);
+    }
+    return names;
+  });
+  report::set_census_source([] {
+    std::vector<report::CensusEntry> entries;
+    for (const bridge::CensusRule& rule : bridge::census_rules(false)) {
+      report::CensusEntry entry;
+      entry.library = rule.library;
+      entry.version = rule.version;
+      entry.aliases = rule.aliases;
+      entry.opt = rule.opt;
+      entry.predicted = rule.predicted;
+      entry.table3 = rule.table3;
+      entry.reason = rule.reason;
+      entry.cannot_run = rule.cannot_run;
+      entries.push_back(std::move(entry));
+    }
+    return entries;
+  });
 }
 
 std::string outcome_line(const sweep::CommandOutcome& outcome) {

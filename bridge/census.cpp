@@ -13,8 +13,6 @@
 #include "census_predictions_tsv.h"
 #include "census_py.h"
 #include "optim/registry.h"
-#include "report/census.h"
-#include "sweep/tables.h"
 #include "twins/defaults.h"
 #include "twins/pair.h"
 
@@ -168,19 +166,6 @@ std::vector<CensusRule> select_rules(const std::vector<CensusRule>& rules,
   return ordered;
 }
 
-report::CensusEntry entry_of(const CensusRule& rule) {
-  report::CensusEntry entry;
-  entry.library = rule.library;
-  entry.version = rule.version;
-  entry.aliases = rule.aliases;
-  entry.opt = rule.opt;
-  entry.predicted = rule.predicted;
-  entry.table3 = rule.table3;
-  entry.reason = rule.reason;
-  entry.cannot_run = rule.cannot_run;
-  return entry;
-}
-
 }  // namespace
 
 std::vector<CensusRule> census_rules(bool probe_rules,
@@ -193,23 +178,6 @@ std::vector<CensusRule> census_rules(bool probe_rules,
     }
   }
   return rules;
-}
-
-void install_census() {
-  sweep::set_census_lister([](const std::vector<std::string>& select) {
-    std::vector<std::string> names;
-    for (const CensusRule& rule : census_rules(false, select)) {
-      if (!rule.opt.empty() && rule.cannot_run.empty())
-        names.push_back(rule.opt);
-    }
-    return names;
-  });
-  report::set_census_source([] {
-    std::vector<report::CensusEntry> entries;
-    for (const CensusRule& rule : resolved_rules())
-      entries.push_back(entry_of(rule));
-    return entries;
-  });
 }
 
 }  // namespace bridge

@@ -44,9 +44,4 @@ struct CensusRule {
 std::vector<CensusRule> census_rules(
     bool probe, const std::vector<std::string>& select = {});
 
-// Registers the census with the table list (sweep::set_census_lister: the
-// table `census`) and its rules with the aggregate
-// (report::set_census_source). Called by install(); no-op without Python.
-void install_census();
-
 }  // namespace bridge

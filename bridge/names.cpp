@@ -484,7 +484,6 @@ void install() {
     optim::register_resolver(kTorchPrefix, wrap(resolve_torch));
     optim::register_resolver(kFilePrefix, wrap(resolve_python));
     optim::register_resolver(kCallablePrefix, wrap(resolve_callable));
-    install_census();
   });
 }
 

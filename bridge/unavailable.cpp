@@ -36,7 +36,6 @@ bool is_python_rule(const std::string& name) {
 
 void install() {}
 
-void install_census() {}
 
 std::string resolve_rule(const std::string& name, const std::string&) {
   unavailable(name);

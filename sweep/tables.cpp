@@ -305,9 +305,9 @@ const Config kConfigs[] = {
      "and 1e-5 twins per optimizer, mod-47 2L d64, 1500 steps, CPU float32",
      kTable3Model, "cpu", torch_zoo_pairs},
     {"census", "census",
-     "The census: every rule of the installed optimizer libraries (Python), "
-     "gauge, identity, noise 1e-7 and 1e-5 twins at its library's default "
-     "rate, mod-47 2L d64, 100 steps, CPU float32",
+     "The census: every rule of the installed optimizer libraries "
+     "(Python), the verdict's four twins at its default rate (and 1e-4..1 "
+     "where it does not train), mod-47 2L d64, 100 steps, CPU float32",
      kCensusModel, "cpu", census_pairs},
     {"dial", "dial",
      "Adam-p dial inside attention: gauge twins for p in {0, 1/8, 1/4, 1/2, "
