@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <new>
 #include <set>
 
 #include "sweep/estimate.h"
@@ -369,10 +370,21 @@ class Slots {
     };
     try {
       twins::run_group(group.pairs, group_options);
+    } catch (const twins::Stopped&) {
+      throw;  // a stop signal: the group resumes from its checkpoint
+    } catch (const std::bad_alloc&) {
+      throw;  // the machine's limit, not the rule's
     } catch (const c10::Error& error) {
       if (!options_.record_failures || write_error)
         throw;
       record_failure(group, slot, recorded, error.what_without_backtrace());
+      return;
+    } catch (const std::exception& error) {
+      // A rule's error may also reach here as another type (an error of
+      // LibTorch's Python layer raised inside the rule's closure).
+      if (!options_.record_failures || write_error)
+        throw;
+      record_failure(group, slot, recorded, error.what());
       return;
     }
     if (options_.counts)  // a group whose pairs all diverged ends early
