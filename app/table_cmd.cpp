@@ -60,6 +60,9 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& flags) {
                   "[default: every rule]")
       ->delimiter(',')
       ->check(non_empty());
+  cmd->add_flag("--default-rates", r.overrides.default_rates,
+                "census only: each rule at its library's default rate alone, "
+                "no other rate tried where it does not train");
   cmd->add_flag("--plot", flags.plot,
                 "Also draw Figure 2 and the per-head QK drift (gnuplot) next "
                 "to the results; for dial also drift against p");

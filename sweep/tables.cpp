@@ -415,6 +415,9 @@ Table make_table(const std::string& name, const TableOverrides& overrides) {
   TORCH_CHECK(overrides.rules.empty() || c.pairs == census_pairs,
               "--rules selects the census's rules (table census); table ",
               c.name, " takes none");
+  TORCH_CHECK(!overrides.default_rates || c.pairs == census_pairs,
+              "--default-rates is the census's (table census); table ",
+              c.name, " takes none");
   const PlanRequest base = base_request(c, overrides);
   Table t;
   t.name = c.name;
@@ -422,13 +425,15 @@ Table make_table(const std::string& name, const TableOverrides& overrides) {
   t.title = c.title;
   t.pairs = c.pairs(base, overrides);
   t.records_failures = c.pairs == census_pairs;
-  if (c.pairs == census_pairs) {
+  if (c.pairs == census_pairs && !overrides.default_rates) {
     t.follow_up = [base, pairs = t.pairs](
                       const std::vector<twins::PairResult>& records) {
       return census_more_rates(base, pairs, records);
     };
   }
   t.deviations = deviations(c, base);
+  if (overrides.default_rates)
+    t.deviations.push_back("default rates only (no other rate tried)");
   return t;
 }
 
@@ -483,6 +488,8 @@ std::string config_name(const std::string& name,
       out += "-" + part;
     }
   }
+  if (overrides.default_rates)
+    out += "-default-rates";
   return out;
 }
 

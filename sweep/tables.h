@@ -29,6 +29,9 @@ struct TableOverrides {
   // ("timm:lamb", a library and one of its registry names); empty: every
   // rule. Named in config_name, so a selection has its own results file.
   std::vector<std::string> rules;
+  // The census only: each rule at its library's default rate alone, no
+  // other rate tried for one that does not train there (a quick census).
+  bool default_rates = false;
 };
 
 struct Table {

@@ -719,6 +719,10 @@ TEST(BridgeCli, TheCensusTableJudgesEachRuleAndRecordsOneThatRaises) {
   EXPECT_NE(zoo.code, 0);
   EXPECT_TRUE(contains(zoo.err, "--rules selects the census's rules"))
       << zoo.err;
+  const Outcome defaults = twin_run("table zoo --default-rates --steps 2", dir);
+  EXPECT_NE(defaults.code, 0);
+  EXPECT_TRUE(contains(defaults.err, "--default-rates is the census's"))
+      << defaults.err;
   const Outcome nope = twin_run("table census --rules torch:Nope --steps 2", dir);
   EXPECT_NE(nope.code, 0);
   EXPECT_TRUE(contains(nope.err, "has no rule named 'Nope'")) << nope.err;
@@ -730,7 +734,8 @@ TEST(BridgeCli, TheCensusTableJudgesEachRuleAndRecordsOneThatRaises) {
 // installed, tests/python/requirements.txt): one or two rules of each
 // library whose class is certain from its update (an elementwise second
 // moment or sign: basis-dependent; momentum SGD with scalar coefficients:
-// equivariant), each judged as predicted in ten steps.
+// equivariant), each judged as predicted in ten steps, at its default rate
+// (in ten steps none trains: the other rates are TheCensusTable's test).
 TEST(BridgeCli, AShortCensusOfEveryLibraryJudgesTheCertainRules) {
   using namespace testing_helpers;
   bridge::install();
@@ -746,11 +751,12 @@ TEST(BridgeCli, AShortCensusOfEveryLibraryJudgesTheCertainRules) {
       "pytorch_optimizer:sgdw,timm:lamb,timm:momentum,heavyball:AdamW,"
       "torch-optimizer:DiffGrad,torch-optimizer:SGDW,"
       "schedulefree:SGDScheduleFree,lion-pytorch:Lion "
-      "--steps 10 --jobs 2 --out s.jsonl --quiet",
+      "--steps 10 --default-rates --jobs 2 --out s.jsonl --quiet",
       dir);
   ASSERT_EQ(o.code, 0) << o.err;
   const std::string md = slurp(dir / "s.md");
   EXPECT_TRUE(contains(md, "10 rules judged")) << md;
+  EXPECT_EQ(count_lines(slurp(dir / "s.jsonl")), 40);  // one rate each
   EXPECT_TRUE(contains(md, "Every judged rule measured as predicted.")) << md;
   for (const char* library : {"pytorch_optimizer ", "timm ", "heavyball ",
                               "torch-optimizer ", "schedulefree ",
