@@ -231,7 +231,7 @@ void judged_cells(const CensusEntry& entry, const RuleRecords& rule,
   ++library.judged;
   ++counts.verdicts[verdict_label(v)];
   if (!rule.any_trained()) {
-    (*cells)[2] += "; no rate tried trains";
+    (*cells)[2] += "; no rate recorded trains";
     ++counts.untrained;
   }
   const std::string cls = measured_class(v);
@@ -316,7 +316,7 @@ std::string counts_note(const Counts& counts) {
     agree += library.agree;
   }
   return fmt::format(
-      "Counts: {} rules judged ({}), {} as predicted, {} at no rate that "
+      "Counts: {} rules judged ({}), {} as predicted, {} at no recorded rate that "
       "trains; {} cannot run here ({}). Per library: {}.",
       judged,
       verdicts.empty() ? "none"

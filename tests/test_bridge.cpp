@@ -704,10 +704,10 @@ TEST(BridgeCli, TheCensusTableJudgesEachRuleAndRecordsOneThatRaises) {
       << md;
   EXPECT_TRUE(contains(md, "(tried: 0.001 no, 0.0001 ")) << md;
   EXPECT_TRUE(contains(md, "| ASGD | equivariant | equivariant | yes | no (")) << md;
-  EXPECT_TRUE(contains(md, "no rate tried trains | 0.01 (tried: 0.01 no, ")) << md;
+  EXPECT_TRUE(contains(md, "no rate recorded trains | 0.01 (tried: 0.01 no, ")) << md;
   EXPECT_TRUE(contains(md, "| cannot run here: needs sparse gradients")) << md;
   EXPECT_TRUE(contains(md, "2 rules judged")) << md;
-  EXPECT_TRUE(contains(md, "1 at no rate that trains")) << md;
+  EXPECT_TRUE(contains(md, "1 at no recorded rate that trains")) << md;
   EXPECT_TRUE(contains(md, "1 cannot run here (1 needs sparse gradients)"))
       << md;
   const Outcome again = twin_run(args, dir);
