@@ -374,17 +374,15 @@ class Slots {
       throw;  // a stop signal: the group resumes from its checkpoint
     } catch (const std::bad_alloc&) {
       throw;  // the machine's limit, not the rule's
-    } catch (const c10::Error& error) {
-      if (!options_.record_failures || write_error)
-        throw;
-      record_failure(group, slot, recorded, error.what_without_backtrace());
-      return;
     } catch (const std::exception& error) {
-      // A rule's error may also reach here as another type (an error of
-      // LibTorch's Python layer raised inside the rule's closure).
+      // A rule's error is a c10::Error, or another type where LibTorch's
+      // Python layer raised it outside the rule's step().
       if (!options_.record_failures || write_error)
         throw;
-      record_failure(group, slot, recorded, error.what());
+      const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
+      record_failure(group, slot, recorded,
+                     torch_error ? torch_error->what_without_backtrace()
+                                 : error.what());
       return;
     }
     if (options_.counts)  // a group whose pairs all diverged ends early
