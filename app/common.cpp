@@ -28,7 +28,7 @@ sweep::CommandRequest with_python_rules(sweep::CommandRequest request,
   return request;
 }
 
-void install_census() {
+void install_census(const std::vector<std::string>& select) {
   if (!bridge::available())
     return;
   sweep::set_census_lister([](const std::vector<std::string>& select) {
@@ -39,9 +39,9 @@ void install_census() {
     }
     return names;
   });
-  report::set_census_source([] {
+  report::set_census_source([select] {
     std::vector<report::CensusEntry> entries;
-    for (const bridge::CensusRule& rule : bridge::census_rules(false)) {
+    for (const bridge::CensusRule& rule : bridge::census_rules(false, select)) {
       report::CensusEntry entry;
       entry.library = rule.library;
       entry.version = rule.version;

@@ -28,7 +28,8 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& flags) {
                   "Aggregate these results files (e.g. merged shards) "
                   "without running anything; the table comes from the "
                   "records or from NAME, and only records of its job list "
-                  "are used")
+                  "are used (a census's --rules and --default-rates are not "
+                  "in its records: give them again)")
       ->check(non_empty());
   add_engine_flags(*cmd, r,
                    "Results file (JSON lines) [default: runs/<name>[-<"
@@ -76,6 +77,8 @@ int run_table(const TableFlags& flags) {
     return 0;
   }
   sweep::CommandRequest r = flags.request;
+  if (!r.overrides.rules.empty())
+    install_census(r.overrides.rules);  // the aggregate's rows: these rules
   if (!r.inputs.empty()) {
     r.kind = sweep::CommandKind::kAggregate;
     r.layout_of = inferred_layout;

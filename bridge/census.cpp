@@ -5,8 +5,14 @@
 #include <c10/util/Exception.h>
 #include <pybind11/stl.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
+#include <map>
 #include <mutex>
+#include <set>
+#include <utility>
 
 #include "bridge/bridge.h"
 #include "bridge/python.h"
@@ -63,13 +69,22 @@ std::string probe(const CensusRule& rule) {
   }
 }
 
-std::vector<CensusRule> list_rules() {
+// The census's libraries, in its order; none is imported to name them.
+std::vector<std::string> library_names() {
+  ensure_interpreter();
+  py::gil_scoped_acquire gil;
+  return census_module().attr("library_names")().cast<std::vector<std::string>>();
+}
+
+// The rules bridge/census.py lists for `library` (importing it alone).
+std::vector<CensusRule> list_rules(const std::string& library) {
   ensure_interpreter();
   py::gil_scoped_acquire gil;
   py::object census = census_module();
   std::vector<CensusRule> out;
   try {
-    for (py::handle item : census.attr("rules")(kCensusPredictionsTsv)) {
+    for (py::handle item : census.attr("rules")(kCensusPredictionsTsv,
+                                                std::vector<std::string>{library})) {
       py::dict d = py::reinterpret_borrow<py::dict>(item);
       CensusRule rule;
       rule.library = d["library"].cast<std::string>();
@@ -85,31 +100,68 @@ std::vector<CensusRule> list_rules() {
       out.push_back(std::move(rule));
     }
   } catch (const py::error_already_set& e) {
-    TORCH_CHECK(false, "census: listing the libraries' rules failed: ",
-                python_error(e));
+    TORCH_CHECK(false, "census: listing the rules of ", library,
+                " failed: ", python_error(e));
   }
   return out;
 }
 
-// Every rule listed, each that loads resolved: once per process (the
-// table's job list and its aggregate read the same list).
-const std::vector<CensusRule>& resolved_rules() {
-  static std::once_flag once;
-  static std::vector<CensusRule> rules;
-  std::call_once(once, [] {
-    std::vector<CensusRule> listed = list_rules();
-    for (CensusRule& rule : listed) {
-      if (rule.rule.empty() || !rule.cannot_run.empty())
-        continue;
-      try {
-        rule.opt = resolve_rule(rule.rule);
-      } catch (const std::exception& e) {
-        rule.cannot_run = reason_of(e);
-      }
+// The listing of each library and the resolution of each rule, kept for
+// the process (the table's job list and its aggregate read the same
+// rules). Only what a selection names is listed and resolved: resolving
+// one rule builds its optimizer (about 0.3 s; the whole census's 370
+// take two minutes), listing a library imports it.
+struct Cache {
+  std::mutex mutex;
+  std::vector<std::string> libraries;  // every name, in the census's order
+  std::map<std::string, std::vector<CensusRule>> listed;  // per library
+  // rule -> {canonical name, why it does not resolve}
+  std::map<std::string, std::pair<std::string, std::string>> resolved;
+};
+
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+// The libraries `select` names (every library when it names none), in
+// the census's order; throws naming a library the census does not list.
+std::vector<std::string> libraries_of(const std::vector<std::string>& all,
+                                      const std::vector<std::string>& select) {
+  if (select.empty())
+    return all;
+  std::set<std::string> named;
+  for (const std::string& selector : select) {
+    const std::string library = selector.substr(0, selector.find(':'));
+    TORCH_CHECK(std::count(all.begin(), all.end(), library) > 0,
+                "census: no library '", library, "' (the census lists ",
+                fmt::format("{}", fmt::join(all, ", ")), ")");
+    named.insert(library);
+  }
+  std::vector<std::string> out;
+  for (const std::string& library : all) {
+    if (named.count(library))
+      out.push_back(library);
+  }
+  return out;
+}
+
+// `rule` with its canonical name, or why it does not resolve.
+void resolve(CensusRule& rule, Cache& c) {
+  if (rule.rule.empty() || !rule.cannot_run.empty())
+    return;
+  auto it = c.resolved.find(rule.rule);
+  if (it == c.resolved.end()) {
+    std::pair<std::string, std::string> outcome;
+    try {
+      outcome.first = resolve_rule(rule.rule);
+    } catch (const std::exception& e) {
+      outcome.second = reason_of(e);
     }
-    rules = std::move(listed);
-  });
-  return rules;
+    it = c.resolved.emplace(rule.rule, outcome).first;
+  }
+  rule.opt = it->second.first;
+  rule.cannot_run = it->second.second;
 }
 
 bool selected(const CensusRule& rule, const std::string& selector) {
@@ -121,46 +173,34 @@ bool selected(const CensusRule& rule, const std::string& selector) {
                     selector.substr(colon + 1)) > 0;
 }
 
-// The rules `select` names; throws naming a selector that names none.
+// The rules `select` names, in the census's order; throws naming a rule a
+// library does not have.
 std::vector<CensusRule> select_rules(const std::vector<CensusRule>& rules,
                                      const std::vector<std::string>& select) {
   if (select.empty())
     return rules;
+  auto same = [](const CensusRule& a, const CensusRule& b) {
+    return a.library == b.library && a.aliases == b.aliases;
+  };
   std::vector<CensusRule> kept;
   for (const std::string& selector : select) {
     const size_t before = kept.size();
     for (const CensusRule& rule : rules) {
       if (selected(rule, selector) &&
-          std::none_of(kept.begin(), kept.end(), [&](const CensusRule& k) {
-            return k.library == rule.library && k.aliases == rule.aliases;
-          }))
+          std::none_of(kept.begin(), kept.end(),
+                       [&](const CensusRule& k) { return same(k, rule); }))
         kept.push_back(rule);
     }
-    if (kept.size() > before)
-      continue;
-    std::string known;
-    for (const CensusRule& rule : rules) {
-      if (known.find(rule.library + ",") == std::string::npos)
-        known += rule.library + ", ";
-    }
     const size_t colon = selector.find(':');
-    TORCH_CHECK(colon == std::string::npos ||
-                    known.find(selector.substr(0, colon) + ",") ==
-                        std::string::npos,
-                "census: library ", selector.substr(0, colon),
-                " has no rule named '", selector.substr(colon + 1),
-                "' (twin-run census --library ", selector.substr(0, colon),
-                " lists its names)");
-    TORCH_CHECK(false, "census: no library '", selector.substr(0, colon),
-                "' (the census lists ", known.substr(0, known.size() - 2),
-                ")");
+    TORCH_CHECK(kept.size() > before, "census: library ",
+                selector.substr(0, colon), " has no rule named '",
+                selector.substr(colon + 1), "' (twin-run census --library ",
+                selector.substr(0, colon), " lists its names)");
   }
-  // In the census's order, whatever the selectors' order.
   std::vector<CensusRule> ordered;
   for (const CensusRule& rule : rules) {
-    if (std::any_of(kept.begin(), kept.end(), [&](const CensusRule& k) {
-          return k.library == rule.library && k.aliases == rule.aliases;
-        }))
+    if (std::any_of(kept.begin(), kept.end(),
+                    [&](const CensusRule& k) { return same(k, rule); }))
       ordered.push_back(rule);
   }
   return ordered;
@@ -170,7 +210,23 @@ std::vector<CensusRule> select_rules(const std::vector<CensusRule>& rules,
 
 std::vector<CensusRule> census_rules(bool probe_rules,
                                      const std::vector<std::string>& select) {
-  std::vector<CensusRule> rules = select_rules(resolved_rules(), select);
+  Cache& c = cache();
+  std::vector<CensusRule> rules;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (c.libraries.empty())
+      c.libraries = library_names();
+    std::vector<CensusRule> listed;
+    for (const std::string& library : libraries_of(c.libraries, select)) {
+      auto it = c.listed.find(library);
+      if (it == c.listed.end())
+        it = c.listed.emplace(library, list_rules(library)).first;
+      listed.insert(listed.end(), it->second.begin(), it->second.end());
+    }
+    rules = select_rules(listed, select);
+    for (CensusRule& rule : rules)
+      resolve(rule, c);
+  }
   if (probe_rules) {
     for (CensusRule& rule : rules) {
       if (!rule.opt.empty() && rule.cannot_run.empty())

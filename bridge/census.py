@@ -4,8 +4,8 @@ registry when the census runs, so that a new release adds its rules, with
 the prediction set for it in bridge/census_predictions.tsv.
 
 This file is compiled into the bridge beside conventions.py. The C++ side
-(bridge/census.cpp) calls rules(predictions_tsv) and gets one dict per
-rule:
+(bridge/census.cpp) calls rules(predictions_tsv, libraries) and gets one
+dict per rule:
 
     library     the distribution's name as the predictions spell it
     version     its installed version
@@ -237,10 +237,18 @@ def _first_line(e):
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def rules(predictions_tsv):
+def library_names():
+    return [library for library, _, _ in LIBRARIES]
+
+
+def rules(predictions_tsv, libraries=None):
+    """The rules of `libraries` (names of LIBRARIES; every library when
+    None), in the census's order; only those libraries are imported."""
     predictions = _predictions(predictions_tsv)
     out = []
     for library, module_name, registry in LIBRARIES:
+        if libraries is not None and library not in libraries:
+            continue
         version = _version(library)
         base = {"library": library, "version": version, "aliases": [], "rule": "",
                 "definition": "", "predicted": "", "table3": "", "reason": "",

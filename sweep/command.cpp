@@ -387,7 +387,11 @@ CommandOutcome resolve_aggregate(const CommandRequest& request) {
         !request.table.empty() ? request.table : rec.json.value("table", "");
     if (t.empty())
       continue;
-    const TableOverrides o = overrides_of(t, rec.result.spec);
+    TableOverrides o = overrides_of(t, rec.result.spec);
+    // What the records do not hold: the census's selection of rules and
+    // whether it tried other rates, as the command line says.
+    o.rules = request.overrides.rules;
+    o.default_rates = request.overrides.default_rates;
     const std::string config = config_name(t, o);
     if (!tables.count(config))
       tables.emplace(config, make_table(t, o));
