@@ -29,6 +29,7 @@ struct Judged {
   Verdict verdict;
   const PairResult* gauge = nullptr;
   const PairResult* onset = nullptr;  // the 1e-5 noise twin
+  const PairResult* fine = nullptr;   // the 1e-7 noise twin
   double lr = 0;
   bool trained = false;  // twins::trained on the gauge twin's copy 1
 };
@@ -82,6 +83,8 @@ Judged judge_rate(const std::vector<const PairResult*>& records) {
       judged.gauge = r;
     else if (is_onset_noise(*r))
       judged.onset = r;
+    else if (r->spec.twin == twins::TwinKind::kNoise)
+      judged.fine = r;
   }
   judged.verdict = judge(copies);
   judged.lr = judged.gauge->spec.lr;
@@ -114,10 +117,80 @@ std::map<std::string, RuleRecords> judge_rules(const Records& all) {
   return out;
 }
 
+// A 1e-7 noise twin whose drift grows this much in one step: the rule
+// amplifies any perturbation.
+constexpr double kAmplified = 100;
+
 // gauge / noise 1e-5 at a checkpoint; NaN where either has none.
 double ratio_at(const Judged& judged, int64_t step) {
   return twins::drift_at(*judged.gauge, step) /
          twins::drift_at(*judged.onset, step);
+}
+
+// What the records measure of a rule whose verdict is not its prediction,
+// from its twins' drift at steps 1 to 10 (the verdict's window) and the
+// last (docs/results.md, "The census"):
+//  - "it does not move the parameters through step 10": nothing to judge
+//    in the window (a rule that first fills a queue of gradients);
+//  - "any perturbation splits it": the 1e-7 noise twin's drift grows at
+//    least 100x from step 0 to step 1 — the rule amplifies a perturbation
+//    of any size (a sign, an eigenbasis), and the 1e-5 yardstick measures
+//    that, not the basis;
+//  - "weak": the gauge twin at least 10x the 1e-7 twin within the window
+//    (a real basis dependence, under 10x the 1e-5 twin there);
+//  - "no larger than a 1e-7 perturbation's": the gauge twin within 10x
+//    of the 1e-7 twin throughout the window;
+// each with the ratios that decide it and the gauge / 1e-5 ratio at the
+// last step.
+std::string measured_reason(const Judged& judged) {
+  if (!judged.fine || !judged.onset)
+    return "";
+  const PairResult& gauge = *judged.gauge;
+  const int64_t last = gauge.spec.steps;
+  const double last_ratio = ratio_at(judged, last);
+  const std::string at_last =
+      std::isfinite(last_ratio)
+          ? fmt::format(", {:.2g}x the 1e-5 twin at step {}", last_ratio, last)
+          : "";
+  const int64_t moves = judged.verdict.onset_step;
+  if (moves < 0 || moves > kEarlyLastStep)
+    return fmt::format(
+        "it does not move the parameters through step {} ({}){}",
+        kEarlyLastStep,
+        moves < 0 ? std::string("nor after")
+                  : fmt::format("first moved by step {}", moves),
+        at_last);
+  const double fine0 = twins::drift_at(*judged.fine, 0);
+  const double fine1 = twins::drift_at(*judged.fine, 1);
+  if (fine0 > 0 && fine1 >= kAmplified * fine0)
+    return fmt::format(
+        "any perturbation splits it: the 1e-7 noise twin {:.2g} -> {:.2g} "
+        "from step 0 to 1 (the 1e-5 one {:.2g}), the gauge twin {:.2g}x the "
+        "1e-5 one at step 1{}",
+        fine0, fine1, twins::drift_at(*judged.onset, 1), ratio_at(judged, 1),
+        at_last);
+  double most = 0;  // gauge / 1e-7 twin over the window, and where
+  int64_t where = -1;
+  for (const auto& point : gauge.curve) {
+    if (point.step < 1 || point.step > kEarlyLastStep)
+      continue;
+    const double fine = twins::drift_at(*judged.fine, point.step);
+    if (fine > 0 && point.logit_drift / fine > most) {
+      most = point.logit_drift / fine;
+      where = point.step;
+    }
+  }
+  if (where < 0)
+    return "";
+  if (most >= kOnsetRatioThreshold)
+    return fmt::format(
+        "weak: the gauge twin {:.2g}x the 1e-7 noise twin at step {}, at most "
+        "{:.2g}x the 1e-5 one through step {}{}",
+        most, where, judged.verdict.early_ratio, kEarlyLastStep, at_last);
+  return fmt::format(
+      "no larger than a 1e-7 perturbation's: the gauge twin at most {:.2g}x "
+      "the 1e-7 noise twin through step {}{}",
+      most, kEarlyLastStep, at_last);
 }
 
 // "yes (4.01 -> 0.144)": the initial model's loss, then the training loss
@@ -239,11 +312,13 @@ void judged_cells(const CensusEntry& entry, const RuleRecords& rule,
     const bool same = cls == entry.table3;
     (*cells)[1] = same ? "yes" : "NO";
     library.agree += same;
-    if (!same)
+    if (!same) {
+      const std::string why = measured_reason(judged);
       counts.disagreements.push_back(fmt::format(
-          "{} {}: predicted {}, measured {}", entry.library,
+          "{} {}: predicted {}, measured {}{}{}", entry.library,
           entry.aliases.empty() ? entry.opt : entry.aliases.front(),
-          entry.table3, verdict_label(v)));
+          entry.table3, verdict_label(v), why.empty() ? "" : " — ", why));
+    }
   }
   *figures = {value(v.onset_ratio_step1, 1, Unit::kRatio),
               value(ratio_at(judged, 10), 1, Unit::kRatio),

@@ -18,6 +18,7 @@
 #include "binary_helpers.h"
 #include "optim/registry.h"
 #include "report/aggregate.h"
+#include "report/census.h"
 #include "report/plot.h"
 #include "report/summary.h"
 #include "report/verdict.h"
@@ -673,6 +674,78 @@ TEST(TableCli, ZooAndDialRunEndToEndAndAggregate) {
   EXPECT_NE(again.out.find("Adam-p gauge twins"), std::string::npos)
       << again.out;
   fs::remove_all(dir);
+}
+
+// A census row whose verdict is not its prediction says what its twins
+// measure: a real basis dependence under the verdict's yardstick, a rule
+// that amplifies any perturbation, one whose gauge twin stays as small as
+// a 1e-7 perturbation's, one that does not move in the verdict's window.
+TEST(Census, ADisagreementSaysWhatTheTwinsMeasure) {
+  const std::vector<double> noise7 = {2.4e-7, 2.9e-7, 1e-6, 5e-6, 1e-5,
+                                      1e-5,   1e-5,   1e-5, 1e-5};
+  const std::vector<double> noise5 = {2.4e-5, 2.9e-5, 1e-4, 5e-4, 1e-3,
+                                      1e-3,   1e-3,   1e-3, 1e-3};
+  report::Records all;
+  auto add = [&](std::vector<PairResult> four) {
+    all.insert(all.end(), four.begin(), four.end());
+  };
+  // 17x then 50x the 1e-7 twin, at most 0.5x the 1e-5 one through step
+  // 10, 40x it at the last step.
+  add(quad("weak", {1.8e-7, 5e-6, 5e-5, 1e-3, 1e-2, 4e-2, 4e-2, 4e-2, 4e-2},
+           noise7, noise5));
+  // The 1e-7 twin jumps from 2.4e-7 to 1e-3 in one step.
+  add(quad("splits", {1.8e-7, 2e-3, 1e-2, 0.1, 0.5, 0.5, 0.5, 0.5, 0.5},
+           {2.4e-7, 1e-3, 1e-2, 0.1, 0.5, 0.5, 0.5, 0.5, 0.5},
+           {2.4e-5, 3e-3, 1e-2, 0.1, 0.5, 0.5, 0.5, 0.5, 0.5}));
+  add(quad("small", {1.8e-7, 5e-7, 2e-6, 5e-6, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5},
+           noise7, noise5));
+  // Copy 1 keeps its loss through step 10: the rule first moves by 50.
+  std::vector<PairResult> late =
+      quad("late", {1.8e-7, 1.8e-7, 1.8e-7, 1e-3, 1e-2, 0.1, 0.1, 0.1, 0.1},
+           noise7, noise5);
+  for (PairResult& r : late) {
+    for (twins::CurvePoint& c : r.curve) {
+      if (c.step <= 10)
+        c.val_loss[0] = 4.0;
+    }
+  }
+  add(late);
+  report::set_census_source([] {
+    std::vector<report::CensusEntry> entries;
+    for (const char* opt : {"weak", "splits", "small", "late"}) {
+      report::CensusEntry e;
+      e.library = "lib";
+      e.version = "1";
+      e.aliases = {opt};
+      e.opt = opt;
+      e.predicted = e.table3 = "basis-dependent";
+      entries.push_back(e);
+    }
+    return entries;
+  });
+  const std::optional<report::Section> s = report::census_section(all);
+  report::set_census_source(nullptr);
+  ASSERT_TRUE(s.has_value());
+  std::string notes;
+  for (const std::string& note : s->notes)
+    notes += note + "\n";
+  EXPECT_NE(notes.find("Not as predicted (4)"), std::string::npos) << notes;
+  for (const char* said :
+       {"lib weak: predicted basis-dependent, measured equivariant — weak: "
+        "the gauge twin 50x the 1e-7 noise twin at step 10, at most 0.5x "
+        "the 1e-5 one through step 10, 40x the 1e-5 twin at step 1500",
+        "lib splits: predicted basis-dependent, measured equivariant "
+        "(chaotic) — any "
+        "perturbation splits it: the 1e-7 noise twin 2.4e-07 -> 0.001 from "
+        "step 0 to 1 (the 1e-5 one 0.003), the gauge twin 0.67x the 1e-5 "
+        "one at step 1",
+        "lib small: predicted basis-dependent, measured equivariant — no "
+        "larger than a 1e-7 perturbation's: the gauge twin at most 2x the "
+        "1e-7 noise twin through step 10",
+        "lib late: predicted basis-dependent, measured equivariant — it does "
+        "not move the parameters through step 10 (first moved by step 50), "
+        "1e+02x the 1e-5 twin at step 1500"})
+    EXPECT_NE(notes.find(said), std::string::npos) << said << "\n" << notes;
 }
 
 }  // namespace
