@@ -117,6 +117,9 @@ std::map<std::string, RuleRecords> judge_rules(const Records& all) {
   return out;
 }
 
+// What the bridge says of a Python rule that raised when it was built.
+const std::string kRejected = "rejected its arguments or parameters: ";
+
 // A 1e-7 noise twin whose drift grows this much in one step: the rule
 // amplifies any perturbation.
 constexpr double kAmplified = 100;
@@ -285,9 +288,18 @@ void judged_cells(const CensusEntry& entry, const RuleRecords& rule,
     ++library.cannot;
     // The bridge says "cannot run here: needs …" where it knows why.
     const size_t known = v.error.find("cannot run here: ");
+    const size_t built = v.error.find(kRejected);
     if (known != std::string::npos) {
       measured = v.error.substr(known);
       ++counts.reasons[reason_class(measured)];
+    } else if (built != std::string::npos) {
+      // The bridge could not build it from its defaults and the model's
+      // parameters: an argument without a default, a base optimizer to
+      // wrap, a package it imports when built.
+      measured = fmt::format("cannot run here: cannot be built from its "
+                             "defaults ({})",
+                             v.error.substr(built + kRejected.size()));
+      ++counts.reasons["cannot be built from its defaults"];
     } else {
       measured += ": " + v.error;
       ++counts.reasons["raises while it trains"];

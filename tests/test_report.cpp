@@ -679,7 +679,9 @@ TEST(TableCli, ZooAndDialRunEndToEndAndAggregate) {
 // A census row whose verdict is not its prediction says what its twins
 // measure: a real basis dependence under the verdict's yardstick, a rule
 // that amplifies any perturbation, one whose gauge twin stays as small as
-// a 1e-7 perturbation's, one that does not move in the verdict's window.
+// a 1e-7 perturbation's, one that does not move in the verdict's window;
+// a rule the bridge could not build is a reason of its own, not a rule
+// that raised while it trained.
 TEST(Census, ADisagreementSaysWhatTheTwinsMeasure) {
   const std::vector<double> noise7 = {2.4e-7, 2.9e-7, 1e-6, 5e-6, 1e-5,
                                       1e-5,   1e-5,   1e-5, 1e-5};
@@ -710,9 +712,16 @@ TEST(Census, ADisagreementSaysWhatTheTwinsMeasure) {
     }
   }
   add(late);
+  // A rule the bridge could not build (its error as the bridge words it).
+  for (PairResult r : quad("built", noise7, noise7, noise5)) {
+    r = twins::failed_result(
+        r.spec, "built: rejected its arguments or parameters: TypeError: "
+                "B.__init__() missing 1 required positional argument: 'n'");
+    all.push_back(r);
+  }
   report::set_census_source([] {
     std::vector<report::CensusEntry> entries;
-    for (const char* opt : {"weak", "splits", "small", "late"}) {
+    for (const char* opt : {"weak", "splits", "small", "late", "built"}) {
       report::CensusEntry e;
       e.library = "lib";
       e.version = "1";
@@ -730,6 +739,17 @@ TEST(Census, ADisagreementSaysWhatTheTwinsMeasure) {
   for (const std::string& note : s->notes)
     notes += note + "\n";
   EXPECT_NE(notes.find("Not as predicted (4)"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("1 cannot run here (1 cannot be built from its "
+                       "defaults)"),
+            std::string::npos)
+      << notes;
+  const auto built = std::find_if(
+      s->rows.begin(), s->rows.end(),
+      [](const report::Section::Row& row) { return row.labels[1] == "built"; });
+  ASSERT_NE(built, s->rows.end());
+  EXPECT_EQ(built->labels[3],
+            "cannot run here: cannot be built from its defaults (TypeError: "
+            "B.__init__() missing 1 required positional argument: 'n')");
   for (const char* said :
        {"lib weak: predicted basis-dependent, measured equivariant — weak: "
         "the gauge twin 50x the 1e-7 noise twin at step 10, at most 0.5x "
