@@ -27,6 +27,7 @@ with: its shape, dtype, device and requires_grad.
 """
 
 import contextlib
+import functools
 import inspect
 import os
 import random
@@ -548,6 +549,25 @@ CONVENTIONS = {
 # ---------------------------------------------------------------------------
 # A module's rule: its identity and its hyperparameters.
 
+@functools.lru_cache(maxsize=None)
+def _packages_distributions():
+    """importlib.metadata's map of top-level packages to distributions: it
+    reads every installed distribution's file list (0.3 s in the test
+    venv), and the census resolves 326 rules."""
+    import importlib.metadata as metadata
+    return metadata.packages_distributions()
+
+
+def _distributions_of(top):
+    """The distributions providing top-level package `top`, read again when
+    the map kept has none (a package installed since, in a notebook)."""
+    dists = _packages_distributions().get(top)
+    if dists is None:
+        _packages_distributions.cache_clear()
+        dists = _packages_distributions().get(top, [])
+    return dists
+
+
 def module_identity(module, target):
     """'DIST==VERSION' of the distribution that provides `module`, or the
     first 16 hex digits of the SHA-256 of the file defining `target` where
@@ -566,7 +586,7 @@ def module_identity(module, target):
         raise AttributeError(f"module '{module}' defines no '{target}'"
                              + (f" (its optimizers: {', '.join(rules)})" if rules else ""))
     top = module.split(".")[0]
-    dists = metadata.packages_distributions().get(top, [])
+    dists = _distributions_of(top)
     if dists:
         dist = metadata.distribution(dists[0])
         return f"{dist.metadata['Name']}=={dist.version}"
@@ -655,16 +675,12 @@ class _Identity:
         return ("site-packages" in path or "dist-packages" in path
                 or path.startswith(stdlib))
 
-    _distributions = None  # importlib.metadata.packages_distributions()
-
     @classmethod
     def version(cls, obj):
         top = (getattr(obj, "__module__", "") or "").split(".")[0]
         try:
             import importlib.metadata as metadata
-            if cls._distributions is None:
-                cls._distributions = metadata.packages_distributions()
-            dists = cls._distributions.get(top, [])
+            dists = _distributions_of(top)
             if dists:
                 return f"{dists[0]}=={metadata.version(dists[0])}"
         except Exception:
