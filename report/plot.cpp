@@ -630,6 +630,26 @@ PlotFiles plot_merge(const std::vector<PairResult>& results,
   return f;
 }
 
+// `title` as a gnuplot string on two lines where it is longer than a
+// figure is wide: cut at the ", " nearest its middle (gnuplot's "\n").
+std::string two_line_title(const std::string& title) {
+  if (title.size() <= 100)
+    return gp_string(title);
+  const size_t middle = title.size() / 2;
+  const size_t before = title.rfind(", ", middle);
+  const size_t after = title.find(", ", middle);
+  const size_t cut =
+      before == std::string::npos ? after
+      : after == std::string::npos || middle - before <= after - middle
+          ? before
+          : after;
+  if (cut == std::string::npos)
+    return gp_string(title);
+  const std::string first = gp_string(title.substr(0, cut + 1));
+  return first.substr(0, first.size() - 1) + "\\n" +
+         gp_string(title.substr(cut + 2)).substr(1);
+}
+
 PlotFiles plot_census(const std::vector<PairResult>& results,
                       const std::string& out, const std::string& title) {
   const std::string ext = figure_extension(out);
@@ -679,7 +699,8 @@ PlotFiles plot_census(const std::vector<PairResult>& results,
       "set grid ytics\nset key outside right top font \",9\"\n{}\n"
       "unset output\n",
       file_name(f.script), terminal(ext, 1040, 600),
-      gp_string(file_name(out)), gp_string(title), plot_command(clauses));
+      gp_string(file_name(out)), two_line_title(title),
+      plot_command(clauses));
   write_text_atomically(f.drift_data, data);
   write_text_atomically(f.script, gp);
   draw_files(f);
