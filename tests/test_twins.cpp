@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -213,6 +214,37 @@ TEST(Record, CarriesTheOutputContractFields) {
   for (const char* k :
        {"step", "logit_drift", "qk_drift_mean", "qk_drift_max"}) {
     EXPECT_TRUE(j["curve"][1].contains(k)) << k;
+  }
+}
+
+// JSON has no infinity: a rule's non-finite default (D-Adaptation's
+// growth_rate=inf) is written as text and reads back to the record's key,
+// or the record would never be found again (a resume retrains it, an
+// aggregate calls it missing); finite ones stay numbers.
+TEST(Record, ANonFiniteHyperparameterReadsBackToItsKey) {
+  twins::PairResult r =
+      twins::run_pair(tiny_spec("adam", TwinKind::kGauge, 1, torch::kFloat));
+  r.spec.hparams = {{"eps", 1e-8},
+                    {"growth_rate", std::numeric_limits<double>::infinity()},
+                    {"floor", -std::numeric_limits<double>::infinity()},
+                    {"unset", std::nan("")}};
+  const nlohmann::json j = twins::to_json(r);
+  EXPECT_EQ(j["hparams"]["growth_rate"], "inf");
+  EXPECT_EQ(j["hparams"]["floor"], "-inf");
+  EXPECT_EQ(j["hparams"]["unset"], "nan");
+  EXPECT_EQ(j["hparams"]["eps"], 1e-8);
+  const twins::PairResult back =
+      twins::from_json(nlohmann::json::parse(j.dump()));
+  EXPECT_EQ(back.spec.key(), j["key"].get<std::string>());
+  nlohmann::json bad = j;
+  bad["hparams"]["eps"] = "big";
+  try {
+    twins::from_json(bad);
+    FAIL() << "a hyperparameter 'big' was read";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("'eps' is 'big'"),
+              std::string::npos)
+        << e.what_without_backtrace();
   }
 }
 

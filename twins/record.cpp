@@ -1,5 +1,7 @@
 #include "twins/record.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "twins/device.h"
@@ -43,6 +45,17 @@ double real(const json& v, const std::string& name) {
     return std::nan("");
   TORCH_CHECK(v.is_number(), "field '", name, "' is not a number");
   return v.get<double>();
+}
+
+// A hyperparameter: a number, or a non-finite one as its text.
+double hparam(const json& v, const std::string& name) {
+  if (v.is_string()) {
+    const std::string t = v.get<std::string>();
+    TORCH_CHECK(t == "inf" || t == "-inf" || t == "nan", "hyperparameter '",
+                name, "' is '", t, "', not a number");
+    return t == "nan" ? std::nan("") : t == "inf" ? HUGE_VAL : -HUGE_VAL;
+  }
+  return real(v, "hparams");
 }
 
 int64_t integer(const json& v, const std::string& name) {
@@ -176,8 +189,12 @@ json spec_to_json(const PairSpec& s) {
   j["task"] = s.task;
   j["opt"] = s.opt;
   json hp = json::object();
+  // JSON has no infinity: a non-finite default (D-Adaptation's and
+  // Prodigy's growth_rate=inf) is written as its text ("inf", "-inf",
+  // "nan"), so that the record reads back to the key it was written with.
   for (const auto& [name, value] : s.hparams)
-    hp[name] = value;
+    hp[name] = std::isfinite(value) ? json(value)
+                                    : json(fmt::format("{}", value));
   j["hparams"] = hp;
   j["twin"] = to_string(s.twin);
   j["init_seed"] = s.init_seed;
@@ -220,7 +237,7 @@ PairSpec spec_from_json(const json& j) {
     TORCH_CHECK(hp.is_object(), "field 'hparams' is not an object");
     // Read back in name order; keys sort hyperparameters by name anyway.
     for (auto it = hp.begin(); it != hp.end(); ++it) {
-      s.hparams.emplace_back(it.key(), real(it.value(), "hparams"));
+      s.hparams.emplace_back(it.key(), hparam(it.value(), it.key()));
     }
   }
   s.twin = parse_twin_kind(text(field(j, "twin"), "twin"));
