@@ -73,7 +73,9 @@ std::string probe(const CensusRule& rule) {
 std::vector<std::string> library_names() {
   ensure_interpreter();
   py::gil_scoped_acquire gil;
-  return census_module().attr("library_names")().cast<std::vector<std::string>>();
+  return census_module()
+      .attr("library_names")()
+      .cast<std::vector<std::string>>();
 }
 
 // The rules bridge/census.py lists for `library` (importing it alone).
@@ -83,8 +85,9 @@ std::vector<CensusRule> list_rules(const std::string& library) {
   py::object census = census_module();
   std::vector<CensusRule> out;
   try {
-    for (py::handle item : census.attr("rules")(kCensusPredictionsTsv,
-                                                std::vector<std::string>{library})) {
+    const py::object listed = census.attr("rules")(
+        kCensusPredictionsTsv, std::vector<std::string>{library});
+    for (py::handle item : listed) {
       py::dict d = py::reinterpret_borrow<py::dict>(item);
       CensusRule rule;
       rule.library = d["library"].cast<std::string>();
@@ -108,9 +111,8 @@ std::vector<CensusRule> list_rules(const std::string& library) {
 
 // The listing of each library and the resolution of each rule, kept for
 // the process (the table's job list and its aggregate read the same
-// rules). Only what a selection names is listed and resolved: resolving
-// one rule builds its optimizer (about 0.3 s; the whole census's 370
-// take two minutes), listing a library imports it.
+// rules). Only what a selection names is listed and resolved: listing a
+// library imports it, resolving a rule reads its class and defaults.
 struct Cache {
   std::mutex mutex;
   std::vector<std::string> libraries;  // every name, in the census's order
