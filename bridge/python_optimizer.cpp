@@ -70,11 +70,13 @@ std::vector<ParamGroupInfo> param_groups(const optim::ParamSplit& p) {
       case optim::Role::kWk:
       case optim::Role::kWv:
       case optim::Role::kWo: {
-        // The attention's projections: d_model rows (W_O: columns) per
-        // layer, head_dim of them per head.
-        const int64_t d = all[i].size(r.role == optim::Role::kWo ? 1 : 0);
-        g.heads = p.heads;
-        g.head_dim = d / p.heads;
+        // The attention's projections: head_dim = d_model / heads rows
+        // (W_O: columns) per head; W_K, W_V of grouped-query attention
+        // have fewer heads than W_Q.
+        const bool wo = r.role == optim::Role::kWo;
+        const int64_t d_model = all[i].size(wo ? 0 : 1);
+        g.head_dim = d_model / p.heads;
+        g.heads = all[i].size(wo ? 1 : 0) / g.head_dim;
         g.gauge = r.role == optim::Role::kWq || r.role == optim::Role::kWk;
       }
         [[fallthrough]];

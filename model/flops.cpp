@@ -42,8 +42,9 @@ std::vector<MatmulShape> training_step_matmuls(const ModelConfig& cfg,
     const int64_t kv_in = l == 0 && table ? cfg.vocab_in * len : all;
     const int64_t q_in = l == 0 && table ? kv_in : q_rows;
     linear(out, q_in, d, d);   // W_Q
-    linear(out, kv_in, d, d);  // W_K
-    linear(out, kv_in, d, d);  // W_V
+    const int64_t kv = cfg.kv_head_count() * cfg.head_dim();
+    linear(out, kv_in, d, kv);  // W_K
+    linear(out, kv_in, d, kv);  // W_V
     attention(out, sequences * cfg.heads, last ? 1 : len, len,
               cfg.head_dim());
     linear(out, q_rows, d, d);        // W_O

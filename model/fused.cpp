@@ -120,7 +120,7 @@ torch::Tensor embed(TransformerImpl& model, const torch::Tensor& tokens,
     x = model.tok_emb.index_select(0, tokens.reshape({-1}))
             .view({B, T, config.d_model});  // (B, T, d)
   }
-  return x + model.pos_emb.narrow(1, 0, T);
+  return model.pos_emb.defined() ? x + model.pos_emb.narrow(1, 0, T) : x;
 }
 
 // Q, K and V of the normed input n (B, T, d); with `last`, Q of the last
@@ -129,21 +129,22 @@ Qkv project(BlockImpl& block, const torch::Tensor& n, bool last,
             const SpeedPaths& paths) {
   AttentionImpl& attention = *block.attn;
   const int64_t T = n.size(1), d = n.size(2);
+  const int64_t kv = attention.wk->weight.size(0);  // key/value width
   const torch::Tensor q_in = last ? n.narrow(1, T - 1, 1) : n;
   if (!paths.fused_qkv)
     return {attention.wq(q_in), attention.wk(n), attention.wv(n)};
   if (last) {
     // K and V stacked (split, not narrow: its backward is one cat, not a
     // zero-filled full-size gradient per piece).
-    const auto kv =
+    const auto k_v =
         F::linear(n, torch::cat({attention.wk->weight, attention.wv->weight}))
-            .split(d, -1);
-    return {attention.wq(q_in), kv[0], kv[1]};
+            .split(kv, -1);
+    return {attention.wq(q_in), k_v[0], k_v[1]};
   }
   const auto qkv =
       F::linear(n, torch::cat({attention.wq->weight, attention.wk->weight,
                                attention.wv->weight}))
-          .split(d, -1);
+          .split_with_sizes({d, kv, kv}, -1);
   return {qkv[0], qkv[1], qkv[2]};
 }
 
@@ -182,10 +183,11 @@ torch::Tensor first_block_by_table(TransformerImpl& model,
           ? F::linear(n, torch::cat({attention.wq->weight, attention.wk->weight,
                                      attention.wv->weight}))
           : torch::cat({attention.wq(n), attention.wk(n), attention.wv(n)}, 1);
+  const int64_t kv = attention.wk->weight.size(0);  // key/value width
   const auto gathered = torch::cat({table, projected}, 1)
                             .index_select(0, rows.reshape({-1}))
                             .view({rows.size(0), rows.size(1), -1})
-                            .split(d, -1);
+                            .split_with_sizes({d, d, kv, kv}, -1);
   const torch::Tensor& q = gathered[1];
   return finish_block(
       block, gathered[0],
@@ -196,7 +198,8 @@ torch::Tensor first_block_by_table(TransformerImpl& model,
 }  // namespace
 
 bool uses_token_table(const ModelConfig& config, int64_t sequences, bool cuda) {
-  return !cuda && sequences > config.vocab_in;
+  // Its table holds (position, token) sums of the learned positions.
+  return !cuda && sequences > config.vocab_in && !config.rope;
 }
 
 SpeedPaths speed_paths(const ModelConfig& config, int64_t sequences,
@@ -206,7 +209,9 @@ SpeedPaths speed_paths(const ModelConfig& config, int64_t sequences,
   paths.one_hot_embedding = cuda;
   paths.token_table = uses_token_table(config, sequences, cuda);
   paths.fused_qkv = true;
-  paths.small_attention = !cuda && positions <= kSmallAttentionMaxPositions;
+  // The kernel has one key/value head per query head and no rotation.
+  paths.small_attention = !cuda && positions <= kSmallAttentionMaxPositions &&
+                          !config.rope && !config.grouped();
   paths.last_query = true;
   return paths;
 }

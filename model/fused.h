@@ -36,7 +36,8 @@ struct SpeedPaths {
   // W_K / W_V) once per (token, position), gathered per input position:
   // less work when a batch holds more sequences than the vocabulary has
   // tokens (the full-batch mod-p task: 883 sequences, 48 tokens). CPU only:
-  // on CUDA the gather's backward (an index_add) is not deterministic.
+  // on CUDA the gather's backward (an index_add) is not deterministic; and
+  // not under rotary positions, whose table would be of tokens alone.
   // Products over other rows, 1e-12.
   bool token_table = false;
   // W_Q, W_K, W_V stacked in one product per block: one pass over the
@@ -45,7 +46,9 @@ struct SpeedPaths {
   // Products of another shape, 1e-12.
   bool fused_qkv = false;
   // Attention over at most kSmallAttentionMaxPositions positions as one
-  // CPU kernel (model/small_attention.h): 1e-13.
+  // CPU kernel (model/small_attention.h): 1e-13. The kernel has one
+  // key/value head per query head and no rotation: grouped-query attention
+  // and rotary positions take the reference attention.
   bool small_attention = false;
   // A last_only model's last block computes the last position only (its
   // query, output, MLP): products over fewer rows, 1e-12.

@@ -24,6 +24,17 @@ void ModelConfig::validate() const {
   TORCH_CHECK(vocab_in >= 1 && vocab_out >= 1, "Invalid vocabulary: ", vocab_in,
               " in, ", vocab_out, " out");
   TORCH_CHECK(n_ctx >= 1, "Invalid context length: ", n_ctx);
+  TORCH_CHECK(
+      kv_heads >= 0 && kv_heads <= heads && heads % kv_head_count() == 0,
+      "Invalid --kv-heads: ", kv_heads, " (must divide --heads ", heads, ")");
+  TORCH_CHECK(!rope || head_dim() % 2 == 0,
+              "Invalid shape for --rope: head "
+              "dim ",
+              head_dim(),
+              " (d_model / heads) is odd; rotary "
+              "positions rotate pairs of coordinates");
+  TORCH_CHECK(!rope || (rope_base > 1 && std::isfinite(rope_base)),
+              "Invalid --rope-base: ", rope_base, " (must be > 1 and finite)");
 }
 
 // ---------------------------------------------------------------------------
@@ -43,18 +54,22 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 // ---------------------------------------------------------------------------
 // Attention
 
-AttentionImpl::AttentionImpl(int64_t d_model, int64_t heads, bool causal)
-    : heads_(heads), causal_(causal) {
-  auto linear = [&](const char* name) {
+AttentionImpl::AttentionImpl(const ModelConfig& config)
+    : heads_(config.heads),
+      kv_heads_(config.kv_head_count()),
+      causal_(config.causal),
+      rope_(config.rope),
+      rope_base_(config.rope_base) {
+  const int64_t d = config.d_model, kv = kv_heads_ * config.head_dim();
+  auto linear = [&](const char* name, int64_t in, int64_t out) {
     return register_module(
-        name, torch::nn::Linear(
-                  torch::nn::LinearOptions(d_model, d_model).bias(false)));
+        name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
   };
   // Build order W_Q, W_K, W_V, W_O (docs/protocol.md §3).
-  wq = linear("wq");
-  wk = linear("wk");
-  wv = linear("wv");
-  wo = linear("wo");
+  wq = linear("wq", d, d);
+  wk = linear("wk", d, kv);
+  wv = linear("wv", d, kv);
+  wo = linear("wo", d, d);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
@@ -62,13 +77,21 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
 }
 
 torch::Tensor AttentionImpl::attend(const Qkv& qkv) {
-  const int64_t B = qkv.k.size(0), T = qkv.k.size(1), d = qkv.k.size(2);
-  const int64_t Tq = qkv.q.size(1), hd = d / heads_;
+  const int64_t B = qkv.k.size(0), T = qkv.k.size(1);
+  const int64_t Tq = qkv.q.size(1), d = qkv.q.size(2), hd = d / heads_;
   const double scale = 1.0 / std::sqrt(double(hd));
-  auto split = [&](const torch::Tensor& t) {  // -> (B, nh, T', hd)
-    return t.view({B, t.size(1), heads_, hd}).transpose(1, 2);
+  auto split = [&](const torch::Tensor& t) {  // -> (B, heads in t, T', hd)
+    return t.view({B, t.size(1), t.size(2) / hd, hd}).transpose(1, 2);
   };
   torch::Tensor q = split(qkv.q), k = split(qkv.k), v = split(qkv.v);
+  if (rope_) {  // query i sits at position T - Tq + i
+    q = rotate_positions(q, T - Tq, rope_base_);
+    k = rotate_positions(k, 0, rope_base_);
+  }
+  if (kv_heads_ != heads_) {  // query head h reads key/value head h / g
+    k = repeat_heads(k, heads_ / kv_heads_);
+    v = repeat_heads(v, heads_ / kv_heads_);
+  }
   torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * scale;
   if (causal_ && Tq == T && T > 1) {  // a last query sees every position
     auto mask =
@@ -84,20 +107,47 @@ torch::Tensor AttentionImpl::attend(const Qkv& qkv) {
   return wo(y);
 }
 
+torch::Tensor rotate_positions(const torch::Tensor& x, int64_t first,
+                               double base) {
+  const int64_t T = x.size(-2), hd = x.size(-1);
+  // Angles in double, (T, hd / 2): position t, pair i -> t * base^(-2i/hd).
+  const auto in_double = torch::TensorOptions().dtype(torch::kDouble);
+  const torch::Tensor frequency =
+      torch::pow(base, torch::arange(0, hd, 2, in_double) / double(-hd));
+  const torch::Tensor angle =
+      torch::arange(first, first + T, in_double).unsqueeze(1) * frequency;
+  const torch::Tensor c = angle.cos().to(x.device(), x.scalar_type());
+  const torch::Tensor s = angle.sin().to(x.device(), x.scalar_type());
+  std::vector<int64_t> pairs = x.sizes().vec();
+  pairs.back() = hd / 2;
+  pairs.push_back(2);
+  const torch::Tensor xp = x.reshape(pairs);
+  const torch::Tensor x0 = xp.select(-1, 0), x1 = xp.select(-1, 1);
+  return torch::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1)
+      .reshape(x.sizes());
+}
+
+torch::Tensor repeat_heads(const torch::Tensor& x, int64_t group) {
+  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), hd = x.size(3);
+  return x.unsqueeze(2)
+      .expand({B, H, group, T, hd})
+      .reshape({B, H * group, T, hd});
+}
+
 // ---------------------------------------------------------------------------
 // Block
 
-BlockImpl::BlockImpl(int64_t d_model, int64_t heads, int64_t mlp, bool causal) {
+BlockImpl::BlockImpl(const ModelConfig& config) {
+  const int64_t d = config.d_model;
+  auto linear = [](int64_t in, int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  };
   // Build order norm1, attention (W_Q, W_K, W_V, W_O), norm2, W1, W2.
-  norm1 = register_module("norm1", RMSNorm(d_model));
-  attn = register_module("attn", Attention(d_model, heads, causal));
-  norm2 = register_module("norm2", RMSNorm(d_model));
-  w1 = register_module(
-      "w1",
-      torch::nn::Linear(torch::nn::LinearOptions(d_model, mlp).bias(false)));
-  w2 = register_module(
-      "w2",
-      torch::nn::Linear(torch::nn::LinearOptions(mlp, d_model).bias(false)));
+  norm1 = register_module("norm1", RMSNorm(d));
+  attn = register_module("attn", Attention(config));
+  norm2 = register_module("norm2", RMSNorm(d));
+  w1 = register_module("w1", linear(d, config.mlp));
+  w2 = register_module("w2", linear(config.mlp, d));
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
@@ -116,12 +166,13 @@ TransformerImpl::TransformerImpl(const ModelConfig& config) : config_(config) {
   config_.validate();
   const int64_t d = config.d_model;
   tok_emb = register_parameter("tok_emb", torch::randn({config.vocab_in, d}));
-  pos_emb =
-      register_parameter("pos_emb", torch::randn({1, config.n_ctx, d}) * 0.02);
+  if (!config.rope) {  // rotary positions have no parameter
+    pos_emb = register_parameter("pos_emb",
+                                 torch::randn({1, config.n_ctx, d}) * 0.02);
+  }
   for (int64_t l = 0; l < config.depth; ++l) {
     blocks.push_back(
-        register_module("block" + std::to_string(l),
-                        Block(d, config.heads, config.mlp, config.causal)));
+        register_module("block" + std::to_string(l), Block(config)));
   }
   norm_f = register_module("norm_f", RMSNorm(d));
   head = register_module(
@@ -145,7 +196,8 @@ torch::Tensor TransformerImpl::reference_forward(const torch::Tensor& tokens) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
   torch::Tensor x = tok_emb.index_select(0, tokens.reshape({-1}))
                         .view({B, T, config_.d_model});  // (B, T, d)
-  x = x + pos_emb.narrow(1, 0, T);
+  if (pos_emb.defined())  // learned positions; else rotary, in attention
+    x = x + pos_emb.narrow(1, 0, T);
   for (auto& block : blocks)
     x = block->forward(x);  // (B, T, d)
   x = norm_f(x);
@@ -164,6 +216,16 @@ torch::Tensor TransformerImpl::key_block(int64_t layer, int64_t head) const {
   return blocks.at(layer)->attn->wk->weight.narrow(0, head * hd, hd);
 }
 
+torch::Tensor TransformerImpl::value_block(int64_t layer, int64_t head) const {
+  const int64_t hd = config_.head_dim();
+  return blocks.at(layer)->attn->wv->weight.narrow(0, head * hd, hd);
+}
+
+torch::Tensor TransformerImpl::output_block(int64_t layer, int64_t head) const {
+  const int64_t hd = config_.head_dim();
+  return blocks.at(layer)->attn->wo->weight.narrow(1, head * hd, hd);
+}
+
 std::vector<torch::Tensor> TransformerImpl::matrix_parameters() const {
   std::vector<torch::Tensor> out;
   for (const auto& b : blocks) {
@@ -177,7 +239,9 @@ std::vector<torch::Tensor> TransformerImpl::matrix_parameters() const {
 }
 
 std::vector<torch::Tensor> TransformerImpl::other_parameters() const {
-  std::vector<torch::Tensor> out{tok_emb, pos_emb};
+  std::vector<torch::Tensor> out{tok_emb};
+  if (pos_emb.defined())
+    out.push_back(pos_emb);
   for (const auto& b : blocks) {
     out.push_back(b->norm1->gain);
     out.push_back(b->norm2->gain);
@@ -196,8 +260,10 @@ void init_by_parameter(TransformerImpl& model, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);
   const ModelConfig& config = model.config();
   model.tok_emb.copy_(torch::randn({config.vocab_in, config.d_model}, gen));
-  model.pos_emb.copy_(torch::randn({1, config.n_ctx, config.d_model}, gen) *
-                      0.02);
+  if (model.pos_emb.defined()) {
+    model.pos_emb.copy_(torch::randn({1, config.n_ctx, config.d_model}, gen) *
+                        0.02);
+  }
   auto uniform = [&](torch::Tensor& w) {  // U(-1, 1) / sqrt(fan_in)
     const double bound = 1.0 / std::sqrt(double(w.size(1)));
     w.copy_((torch::rand(w.sizes(), gen) * 2 - 1) * bound);

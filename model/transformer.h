@@ -37,28 +37,45 @@ struct Qkv {
   torch::Tensor q, k, v;
 };
 
+// x (..., T, hd) with positions first..first+T-1 along T: each pair of
+// coordinates (2i, 2i+1) rotated by the angle position * base^(-2i/hd)
+// (docs/protocol.md §3, rotary positions).
+torch::Tensor rotate_positions(const torch::Tensor& x, int64_t first,
+                               double base);
+// x (B, H, T, hd) -> (B, H * group, T, hd): head j repeated for heads
+// j * group .. (j + 1) * group - 1 (grouped-query attention).
+torch::Tensor repeat_heads(const torch::Tensor& x, int64_t group);
+
+// W_Q: (d, d); W_K, W_V: (kv_heads * head_dim, d); W_O: (d, d). Head h's
+// queries are rows h*hd..(h+1)*hd of W_Q; its keys and values those of key
+// head h / (heads / kv_heads) in W_K, W_V; its output columns of W_O.
 class AttentionImpl : public torch::nn::Module {
  public:
-  AttentionImpl(int64_t d_model, int64_t heads, bool causal);
+  explicit AttentionImpl(const ModelConfig& config);
   // x: (B, T, d) -> (B, T, d).
   torch::Tensor forward(const torch::Tensor& x);
   // softmax(Q K^T / sqrt(head_dim)) V per head, then W_O, from projections
   // already made: (B, T', d) with T' = qkv.q's positions (the last ones).
+  // Rotary positions turn Q and K first; a key/value head serves its group
+  // of query heads.
   torch::Tensor attend(const Qkv& qkv);
 
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   int64_t heads() const { return heads_; }
+  int64_t kv_heads() const { return kv_heads_; }
   bool causal() const { return causal_; }
+  bool rope() const { return rope_; }
 
  private:
-  int64_t heads_;
-  bool causal_;
+  int64_t heads_, kv_heads_;
+  bool causal_, rope_;
+  double rope_base_;
 };
 TORCH_MODULE(Attention);
 
 class BlockImpl : public torch::nn::Module {
  public:
-  BlockImpl(int64_t d_model, int64_t heads, int64_t mlp, bool causal);
+  explicit BlockImpl(const ModelConfig& config);
   // x: (B, T, d) -> (B, T, d): h = x + attention(norm1(x)), then
   // h + mlp(norm2(h)).
   torch::Tensor forward(const torch::Tensor& x);
@@ -87,10 +104,14 @@ class TransformerImpl : public torch::nn::Module {
 
   const ModelConfig& config() const { return config_; }
 
-  // Rows h*hd..(h+1)*hd of W_Q / W_K of `layer`: views into the weights, so
-  // in-place writes under NoGradGuard change the model.
+  // Rows h*hd..(h+1)*hd of W_Q / W_K / W_V of `layer` (for W_K and W_V,
+  // `head` counts key/value heads), and columns h*hd..(h+1)*hd of W_O:
+  // views into the weights, so in-place writes under NoGradGuard change the
+  // model.
   torch::Tensor query_block(int64_t layer, int64_t head) const;
   torch::Tensor key_block(int64_t layer, int64_t head) const;
+  torch::Tensor value_block(int64_t layer, int64_t head) const;
+  torch::Tensor output_block(int64_t layer, int64_t head) const;
 
   // W_Q, W_K, W_V, W_O, W1, W2 of every layer (what Muon updates), in build
   // order; and everything else (embedding, positional, gains, head).
@@ -98,7 +119,7 @@ class TransformerImpl : public torch::nn::Module {
   std::vector<torch::Tensor> other_parameters() const;
 
   torch::Tensor tok_emb;  // (vocab_in, d)
-  torch::Tensor pos_emb;  // (1, n_ctx, d)
+  torch::Tensor pos_emb;  // (1, n_ctx, d); undefined under rotary positions
   std::vector<Block> blocks;
   RMSNorm norm_f{nullptr};
   torch::nn::Linear head{nullptr};

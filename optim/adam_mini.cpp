@@ -36,16 +36,20 @@ AdamMini::AdamMini(std::vector<torch::Tensor> params,
   check_adam_options(defaults.lr(), defaults.betas(), defaults.eps());
   TORCH_CHECK(heads >= 1, "AdamMini: invalid head count: ", heads);
   for (const auto& w : qk) {
-    TORCH_CHECK(w.dim() == 2 && w.size(0) % heads == 0,
+    // head_dim = d_model / heads rows a head; a W_K of grouped-query
+    // attention has fewer heads than W_Q.
+    TORCH_CHECK(w.dim() == 2 && w.size(1) % heads == 0 &&
+                    w.size(0) % (w.size(1) / heads) == 0,
                 "AdamMini: a W_Q / W_K of shape ", w.sizes(),
-                " does not split into ", heads, " head blocks of rows");
+                " does not split into head blocks of d_model / ", heads,
+                " rows");
     qk_.insert(w.unsafeGetTensorImpl());
   }
 }
 
 int64_t AdamMini::blocks(const torch::Tensor& p) const {
   if (qk_.count(p.unsafeGetTensorImpl()))
-    return heads_;
+    return p.size(0) / (p.size(1) / heads_);  // one per head
   return p.dim() == 2 ? p.size(0) : 1;
 }
 

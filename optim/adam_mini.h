@@ -49,13 +49,15 @@ struct AdamMiniOptions
 class AdamMini : public StatefulOptimizer {
  public:
   // params: every parameter; qk: those of them that are W_Q / W_K, each 2-D
-  // with rows divisible by `heads`.
+  // with rows in blocks of d_model / heads (a W_K of grouped-query attention
+  // has fewer of them than W_Q).
   AdamMini(std::vector<torch::Tensor> params, std::vector<torch::Tensor> qk,
            int64_t heads, AdamMiniOptions defaults = {});
 
   torch::Tensor step(LossClosure closure = nullptr) override;
 
-  // Blocks of p: heads for a W_Q / W_K, rows for another 2-D tensor, else 1.
+  // Blocks of p: its heads for a W_Q / W_K, rows for another 2-D tensor,
+  // else 1.
   int64_t blocks(const torch::Tensor& p) const;
 
  private:
