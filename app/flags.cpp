@@ -133,6 +133,16 @@ void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
   app.add_option("--heads", p.heads,
                  "Attention heads per block " + both(mod.heads, lm.heads))
       ->check(whole_number(1, 4096));
+  app.add_option("--kv-heads", p.kv_heads,
+                 "Key/value heads per block (grouped-query attention), "
+                 "dividing --heads [default: as many as --heads]")
+      ->check(whole_number(1, 4096));
+  app.add_flag("--rope", p.rope,
+               "Rotary positions on queries and keys instead of the learned "
+               "positional parameter (docs/protocol.md §3)");
+  app.add_option("--rope-base", p.rope_base,
+                 "--rope: the frequency base [default: 10000]")
+      ->check(positive_real());
   app.add_option("--mlp", p.mlp,
                  fmt::format("MLP hidden width [default: {} x d-model]",
                              data::default_mlp(1)))
@@ -177,8 +187,12 @@ void add_pair_list_flags(CLI::App& app, sweep::CommandRequest& r,
   add_opt_args(app, opt_args);
   add_names(app, "--twin", p.twins,
             "Twin kinds, comma-separated: gauge (per-head orthogonal A_h on "
-            "W_Q/W_K rows), identity (A_h = I, must stay exactly 0), noise "
-            "(W_Q, W_K + scale N(0,1)). Default gauge when --opt is given");
+            "W_Q/W_K rows; under --rope a rotation per frequency pair), "
+            "identity (A_h = I, must stay exactly 0), noise (W_Q, W_K + "
+            "scale N(0,1)), gauge-vo (orthogonal B_h on W_V rows and W_O "
+            "columns), gauge-all (both gauges), gauge-full (--rope only: the "
+            "unrestricted A_h, not a symmetry). Default gauge when --opt is "
+            "given");
   add_seeds(app, "--init-seed", p.init_seeds,
             "Seeds of the base model's initialisation (torch::manual_seed "
             "before the build), comma-separated")

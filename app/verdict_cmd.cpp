@@ -5,6 +5,7 @@
 #include "app/common.h"
 #include "app/flags.h"
 #include "optim/registry.h"
+#include "report/gauges.h"
 #include "report/verdict.h"
 
 namespace app {
@@ -25,6 +26,11 @@ CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& flags) {
             "Exponents in [0, 1] for a bare adam-p in --opt, comma-separated "
             "[default: 0.5]");
   add_pair_flags(*cmd, p);
+  add_names(*cmd, "--twin", p.twins,
+            "Gauge twins to judge, one verdict each, comma-separated: gauge "
+            "(W_Q/W_K rows), gauge-vo (W_V rows and W_O columns), gauge-all "
+            "(both), gauge-full (--rope only: the unrestricted rotation, not "
+            "a symmetry) [default: gauge]");
   cmd->add_option_function<uint64_t>(
          "--init-seed", [&p](uint64_t seed) { p.init_seeds = {seed}; },
          "Seed of the base model shared by the four pairs")
@@ -40,8 +46,10 @@ int run_verdict(const VerdictFlags& flags) {
   const sweep::CommandOutcome o =
       sweep::run_command(with_python_rules(flags.request, flags.opt_args));
   for (const auto& v : report::judge_all(o.results())) {
-    fmt::print("{}; predicted {}\n", report::format_verdict_line(v),
-               optim::to_string(optim::find_optimizer(v.opt).predicted));
+    const auto predicted = report::predicted_for(v.opt, v.gauge);
+    fmt::print(
+        "{}; predicted {}\n", report::format_verdict_line(v),
+        predicted ? optim::to_string(*predicted) : "none for this gauge");
   }
   fmt::print("{}", outcome_line(o));
   return 0;

@@ -78,6 +78,10 @@ struct RowDef {
   torch::Dtype dtype;
   ThreadConfig threads;
   std::string opt = "adam";
+  // LLaMA-style attention: rotary positions and half as many key/value
+  // heads as query heads (docs/protocol.md §3), which the small-attention
+  // kernel and the token table leave to the reference path.
+  bool rope_gqa = false;
 };
 
 // torch.optim's Adam stepped in Python beside the built-in adam: the cost
@@ -92,7 +96,9 @@ std::vector<RowDef> row_defs() {
       {"mod47-f32-seq1", "mod47", torch::kFloat, seq1},
       {"mod47-f32-seq2", "mod47", torch::kFloat, seq2},
       {"mod47-f64", "mod47", torch::kDouble, conc},
+      {"mod47-f32-rope-gqa", "mod47", torch::kFloat, conc, "adam", true},
       {"charlm-f32", "charlm", torch::kFloat, conc},
+      {"charlm-f32-rope-gqa", "charlm", torch::kFloat, conc, "adam", true},
       {"charlm-f64", "charlm", torch::kDouble, conc}};
   if (optim::has_resolver(kTorchAdam)) {
     rows.insert(rows.begin() + 1, {"mod47-torchadam", "mod47",
@@ -320,6 +326,10 @@ BenchRow bench_row(const RowDef& definition, const BenchOptions& options) {
   row.name = definition.name;
   row.threads = definition.threads;
   row.spec = bench_spec(definition.task, definition.dtype, definition.opt);
+  if (definition.rope_gqa) {
+    row.spec.rope = true;
+    row.spec.kv_heads = row.spec.heads / 2;
+  }
   row.spec.device = options.device;
   const Schedule schedule = schedule_for(row.spec, options.quick);
   row.spec.steps = schedule.warmup + schedule.segment * options.repeats;
@@ -466,6 +476,8 @@ nlohmann::json bench_to_json(const std::vector<BenchRow>& rows) {
                            {{"depth", r.spec.depth},
                             {"d_model", r.spec.d_model},
                             {"heads", r.spec.heads},
+                            {"kv_heads", r.spec.kv_head_count()},
+                            {"rope", r.spec.rope},
                             {"mlp", r.spec.mlp}}},
                           {"concurrent_copies", r.threads.concurrent},
                           {"threads_per_copy", r.threads.threads},

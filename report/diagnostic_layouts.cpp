@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "optim/registry.h"
+#include "report/gauges.h"
 #include "report/sections.h"
 #include "report/summary.h"
 #include "report/verdict.h"
@@ -29,16 +30,23 @@ std::string predicted(const std::string& opt) {
                                    : std::string("–");
 }
 
+// The class predicted for the verdict's rule and gauge (report/gauges.h).
+std::optional<optim::Equivariance> predicted_class(const Verdict& verdict) {
+  return predicted_for(verdict.opt, verdict.gauge);
+}
+
 bool verdict_as_predicted(const Verdict& verdict) {
-  return optim::has_optimizer(verdict.opt) &&
-         as_predicted(verdict, optim::find_optimizer(verdict.opt).predicted);
+  const auto predicted = predicted_class(verdict);
+  return predicted && as_predicted(verdict, *predicted);
 }
 
 // One zoo row: the verdict's labels and the figures it rests on.
 Section::Row zoo_row(const Verdict& verdict) {
   Section::Row row;
-  row.labels = {verdict.opt, predicted(verdict.opt), verdict_label(verdict),
-                verdict_as_predicted(verdict) ? "yes" : "NO"};
+  const auto predicted = predicted_class(verdict);
+  row.labels = {
+      verdict_name(verdict), predicted ? optim::to_string(*predicted) : "–",
+      verdict_label(verdict), verdict_as_predicted(verdict) ? "yes" : "NO"};
   row.figures = {value(verdict.gauge_step1, 1, Unit::kDrift),
                  value(verdict.noise_step1, 1, Unit::kDrift),
                  value(verdict.onset_ratio_step1, 1, Unit::kRatio),

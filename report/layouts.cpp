@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "report/census.h"
+#include "report/gauges.h"
 #include "report/plot.h"
 #include "report/sections.h"
 
@@ -40,6 +41,11 @@ const std::vector<Layout>& layouts() {
       {"zoo",
        "Optimizer zoo: equivariance verdicts",
        {zoo_section},
+       {&kDriftPlot},
+       nullptr},
+      {"gauges",
+       "The gauges of the attention people train: verdicts per gauge",
+       {gauges_section},
        {&kDriftPlot},
        nullptr},
       {"dial",

@@ -84,6 +84,9 @@ Four sort_twins(const std::vector<PairResult>& records) {
     const char* what = "";
     switch (r.spec.twin) {
       case TwinKind::kGauge:
+      case TwinKind::kGaugeVo:
+      case TwinKind::kGaugeAll:
+      case TwinKind::kGaugeFull:
         slot = &f.gauge, what = "gauge";
         break;
       case TwinKind::kIdentity:
@@ -135,6 +138,7 @@ void measure_early_ratio(const Four& f, Verdict& verdict) {
 Verdict measure(const Four& f) {
   Verdict v;
   v.opt = f.gauge->spec.opt;
+  v.gauge = f.gauge->spec.twin;
   v.identity_max = twins::largest_drift(*f.identity);
   v.gauge_step1 = twins::drift_at(*f.gauge, 1);
   v.noise_step1 = twins::drift_at(*f.onset, 1);
@@ -159,6 +163,11 @@ Verdict measure(const Four& f) {
       v.note += (v.note.empty() ? "" : "; ") + n;
     if (r->status == twins::PairStatus::kFailed && v.error.empty())
       v.error = r->error;
+  }
+  if (!f.gauge->spec.twin_is_symmetry()) {
+    v.note += fmt::format("{}not a symmetry: step-0 drift {}",
+                          v.note.empty() ? "" : "; ",
+                          twins::format_drift(twins::drift_at(*f.gauge, 0)));
   }
   return v;
 }
@@ -203,14 +212,29 @@ std::vector<Verdict> judge_all(
   }
   std::vector<Verdict> out;
   for (const auto& opt : order) {
-    if (groups[opt].size() != 4) {  // judge() needs exactly the four twins
+    // One verdict per gauge twin (per symmetry tested), each on the three
+    // twins they share: identity, noise 1e-7 and noise 1e-5.
+    std::vector<PairResult> shared, gauges;
+    for (const PairResult& r : groups[opt])
+      (twins::is_gauge(r.spec.twin) ? gauges : shared).push_back(r);
+    if (shared.size() != 3 || gauges.empty()) {  // judge() needs all four
       if (pending)
         pending->emplace_back(opt, groups[opt].size());
       continue;
     }
-    out.push_back(judge(groups[opt]));
+    for (const PairResult& gauge : gauges) {
+      std::vector<PairResult> four = shared;
+      four.push_back(gauge);
+      out.push_back(judge(four));
+    }
   }
   return out;
+}
+
+std::string verdict_name(const Verdict& verdict) {
+  return verdict.gauge == TwinKind::kGauge
+             ? verdict.opt
+             : verdict.opt + " " + twins::to_string(verdict.gauge);
 }
 
 std::string format_verdict_line(const Verdict& verdict) {
@@ -218,8 +242,9 @@ std::string format_verdict_line(const Verdict& verdict) {
       "{:<13} {:<26} onset {:>6} at step {} (gauge {} / noise1e-5 {}); "
       "largest ratio to step {}: {}; final: gauge {}, noise1e-7 {}, {} dec "
       "apart past step {}; identity {}",
-      verdict.opt, verdict_label(verdict), format_ratio(verdict.onset_ratio),
-      verdict.onset_step, twins::format_drift(verdict.gauge_onset),
+      verdict_name(verdict), verdict_label(verdict),
+      format_ratio(verdict.onset_ratio), verdict.onset_step,
+      twins::format_drift(verdict.gauge_onset),
       twins::format_drift(verdict.noise_onset), kEarlyLastStep,
       format_ratio(verdict.early_ratio),
       twins::format_drift(verdict.gauge_final),

@@ -48,6 +48,9 @@ enum class VerdictClass {
 
 struct Verdict {
   std::string opt;
+  // The gauge twin judged: the QK gauge (the paper's), gauge-vo, gauge-all
+  // or gauge-full; one verdict per symmetry tested.
+  twins::TwinKind gauge = twins::TwinKind::kGauge;
   VerdictClass verdict = VerdictClass::kUndetermined;
   bool chaotic = false;     // equivariant and tracking its noise twin
   double identity_max = 0;  // largest identity-twin drift anywhere
@@ -81,11 +84,17 @@ bool as_predicted(const Verdict& verdict, optim::Equivariance predicted);
 Verdict judge(const std::vector<twins::PairResult>& records);
 
 // Groups records by optimizer (first-seen order) and judges each group that
-// is complete; `pending` (when given) gets the optimizers whose four records
-// are not all there yet, with how many there are.
+// is complete: one verdict per gauge twin it holds (gauge, gauge-vo,
+// gauge-all, gauge-full), each with the group's identity and two noise
+// twins. `pending` (when given) gets the optimizers whose records are not
+// all there yet, with how many there are.
 std::vector<Verdict> judge_all(
     const std::vector<twins::PairResult>& results,
     std::vector<std::pair<std::string, size_t>>* pending = nullptr);
+
+// The optimizer, and the gauge twin's kind where it is not the QK gauge:
+// "adam", "adam gauge-vo".
+std::string verdict_name(const Verdict& verdict);
 
 // One line: name, verdict, the figures it rests on.
 std::string format_verdict_line(const Verdict& verdict);

@@ -336,9 +336,11 @@ void check_one_setting(const std::vector<StoredRecord>& records) {
   auto setting = [](const PairSpec& spec) {
     return fmt::format(
         "--task {} --steps {} --dtype {} --device {} --depth {} "
-        "--d-model {} --heads {} --mlp {} --data-seed {}",
+        "--d-model {} --heads {} --kv-heads {}{} --mlp {} --data-seed {}",
         spec.task, spec.steps, twins::dtype_name(spec.dtype), spec.device,
-        spec.depth, spec.d_model, spec.heads, spec.mlp, spec.data_seed);
+        spec.depth, spec.d_model, spec.heads, spec.kv_head_count(),
+        spec.rope ? fmt::format(" --rope --rope-base {}", spec.rope_base) : "",
+        spec.mlp, spec.data_seed);
   };
   const std::string first = setting(records.front().result.spec);
   for (const auto& rec : records) {

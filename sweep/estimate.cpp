@@ -44,6 +44,9 @@ Shapes shapes_of(const twins::PairSpec& s) {
   c.d_model = s.d_model;
   c.heads = s.heads;
   c.mlp = s.mlp;
+  c.kv_heads = s.kv_heads;
+  c.rope = s.rope;
+  c.rope_base = s.rope_base;
   if (s.is_charlm()) {
     c.vocab_in = c.vocab_out = 65;  // tiny-Shakespeare; others are close
     c.n_ctx = s.ctx;

@@ -7,6 +7,7 @@
 #include "model/config.h"
 #include "optim/registry.h"
 #include "twins/defaults.h"
+#include "twins/merge.h"
 
 namespace sweep {
 
@@ -71,6 +72,14 @@ PairSpec base_spec(const PlanRequest& r) {
   shape.d_model = s.d_model;
   shape.heads = s.heads;
   shape.mlp = s.mlp;
+  TORCH_CHECK(r.rope || r.rope_base == 0, "--rope-base ", r.rope_base,
+              " given without --rope");
+  s.kv_heads = r.kv_heads == s.heads ? 0 : r.kv_heads;
+  s.rope = r.rope;
+  s.rope_base = r.rope_base != 0 ? r.rope_base : s.rope_base;
+  shape.kv_heads = s.kv_heads;
+  shape.rope = s.rope;
+  shape.rope_base = s.rope_base;
   shape.validate();  // throws e.g. for d_model not divisible by heads
   s.data_seed = r.data_seed;
   s.ctx = r.ctx != 0 ? r.ctx : d.ctx;
@@ -106,6 +115,14 @@ std::vector<PairSpec> expand(const PlanRequest& r) {
   }
   std::vector<PairSpec> out;
   for (const auto& [opt, kind] : rows(r)) {
+    TORCH_CHECK(kind != TwinKind::kGaugeFull || base.rope,
+                "--twin gauge-full is the unrestricted rotation under --rope "
+                "(its negative control); without --rope it is --twin gauge");
+    if (!base.merge_at.empty()) {
+      PairSpec merged = base;
+      merged.twin = kind;
+      twins::check_mergeable(merged);  // throws naming what is not built
+    }
     const double lr = r.lr != 0 ? r.lr : twins::default_lr(opt, r.task);
     const optim::Hparams hparams = registry_hparams(opt);
     const std::vector<uint64_t> seeds =

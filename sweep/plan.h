@@ -31,6 +31,9 @@ struct PlanRequest {
   int64_t d_model = 0;  // 0: the task's
   int64_t heads = 0;    // 0: the task's
   int64_t mlp = 0;      // 0: 4 * d_model
+  int64_t kv_heads = 0;  // key/value heads; 0: as many as heads
+  bool rope = false;     // rotary positions instead of learned ones
+  double rope_base = 0;  // 0: 10000 (with rope only)
   uint64_t data_seed = 42;
   int64_t ctx = 0;                // char-LM context; 0: the task's
   int64_t batch = 0;              // char-LM batch; 0: the task's

@@ -100,6 +100,25 @@ std::vector<PairSpec> zoo_pairs(const PlanRequest& base,
   return verdicts_of(base, zoo_optimizers());
 }
 
+// The gauges table's key/value heads: g = 2 query heads per key head.
+constexpr int64_t kGaugesKvHeads = 2;
+
+// The gauges: the zoo's rules and the modern ones on a LLaMA-style
+// attention (rotary positions, two key/value heads for four query heads),
+// each under the QK gauge, the VO gauge and both, with the verdict's
+// identity and noise twins.
+std::vector<PairSpec> gauges_pairs(const PlanRequest& base,
+                                   const TableOverrides&) {
+  PlanRequest request = base;
+  request.kv_heads = kGaugesKvHeads;
+  request.rope = true;
+  request.twins = {"gauge", "gauge-vo", "gauge-all"};
+  std::vector<std::string> opts = zoo_optimizers();
+  for (const std::string& opt : modern_optimizers())
+    opts.push_back(opt);
+  return verdicts_of(request, opts);
+}
+
 std::vector<PairSpec> modern_zoo_pairs(const PlanRequest& base,
                                        const TableOverrides&) {
   return verdicts_of(base, modern_optimizers());
@@ -309,6 +328,12 @@ const Config kConfigs[] = {
      "(Python), the verdict's four twins at its default rate (and 1e-4..1 "
      "where it does not train), mod-47 2L d64, 100 steps, CPU float32",
      kCensusModel, "cpu", census_pairs},
+    {"gauges", "gauges",
+     "The gauges of the attention people train: the zoo's and the modern "
+     "rules under the QK gauge, the VO gauge and both, with rotary "
+     "positions and grouped-query attention (4 query heads, 2 key/value "
+     "heads), mod-47 2L d64, 1500 steps, CPU float32",
+     kTable3Model, "cpu", gauges_pairs},
     {"dial", "dial",
      "Adam-p dial inside attention: gauge twins for p in {0, 1/8, 1/4, 1/2, "
      "3/4, 1}, lr 1e-3, mod-47 2L d64, 1500 steps, CPU float32",
@@ -500,13 +525,27 @@ std::vector<PairSpec> verdict_specs(PlanRequest r) {
   TORCH_CHECK(!r.opts.empty(), "verdict: no optimizer given (--opt)");
   TORCH_CHECK(r.init_seeds.size() == 1,
               "verdict: one init seed per verdict, got ", r.init_seeds.size());
-  r.twins = {"gauge", "identity", "noise"};
+  // The gauge twins asked for (one verdict each), then the three every
+  // verdict shares.
+  std::vector<std::string> kinds;
+  for (const std::string& name :
+       r.twins.empty() ? std::vector<std::string>{"gauge"} : r.twins) {
+    TORCH_CHECK(twins::is_gauge(twins::parse_twin_kind(name)),
+                "verdict: --twin ", name,
+                " is not a gauge twin (the "
+                "identity and noise twins are in every verdict); give "
+                "gauge, gauge-vo, gauge-all or gauge-full");
+    if (std::find(kinds.begin(), kinds.end(), name) == kinds.end())
+      kinds.push_back(name);
+  }
+  r.twins = kinds;
+  r.twins.insert(r.twins.end(), {"identity", "noise"});
   r.twin_seeds.clear();
   r.noise_scales = {twins::kTripletNoiseScale, twins::kOnsetNoiseScale};
   std::vector<PairSpec> specs = expand(r);
   std::vector<std::string> seen;
   for (const auto& s : specs) {
-    if (s.twin != twins::TwinKind::kGauge)
+    if (s.twin != twins::parse_twin_kind(kinds.front()))
       continue;
     TORCH_CHECK(std::find(seen.begin(), seen.end(), s.opt) == seen.end(),
                 "verdict: optimizer '", s.opt, "' is listed twice");

@@ -2,42 +2,119 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
+
 namespace twins {
 
-std::vector<std::vector<torch::Tensor>> gauge_matrices(int64_t depth,
-                                                       int64_t heads,
-                                                       int64_t head_dim,
-                                                       uint64_t seed,
-                                                       torch::Dtype draw) {
-  auto gen = at::detail::createCPUGenerator(seed);
-  std::vector<std::vector<torch::Tensor>> A(depth);
-  for (int64_t l = 0; l < depth; ++l) {
-    for (int64_t h = 0; h < heads; ++h) {
-      torch::Tensor g =
-          torch::randn({head_dim, head_dim}, gen, torch::TensorOptions(draw));
-      A[l].push_back(std::get<0>(torch::linalg_qr(g)));
-    }
-  }
-  return A;
+namespace {
+
+using Matrices = std::vector<std::vector<torch::Tensor>>;
+
+// A_h: the Q of a Gaussian's QR decomposition, in `draw`.
+torch::Tensor orthogonal(at::Generator& gen, int64_t hd, torch::Dtype draw) {
+  torch::Tensor g = torch::randn({hd, hd}, gen, torch::TensorOptions(draw));
+  return std::get<0>(torch::linalg_qr(g));
 }
 
-void rotate_heads(model::Transformer& model,
-                  const std::vector<std::vector<torch::Tensor>>& A) {
+// Block-diagonal: pair (2i, 2i+1) turned by an angle uniform in [0, 2pi),
+// computed in double and cast to `draw`.
+torch::Tensor pair_rotation(at::Generator& gen, int64_t hd, torch::Dtype draw) {
+  const auto in_double = torch::TensorOptions().dtype(torch::kDouble);
+  const torch::Tensor angle =
+      torch::rand({hd / 2}, gen, in_double) * (2 * M_PI);
+  const torch::Tensor c = angle.cos(), s = angle.sin();
+  torch::Tensor r = torch::zeros({hd, hd}, in_double);
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    r.index_put_({2 * i, 2 * i}, c[i]);
+    r.index_put_({2 * i, 2 * i + 1}, -s[i]);
+    r.index_put_({2 * i + 1, 2 * i}, s[i]);
+    r.index_put_({2 * i + 1, 2 * i + 1}, c[i]);
+  }
+  return r.to(draw);
+}
+
+template <typename Draw>
+Matrices per_head(int64_t depth, int64_t heads, Draw one) {
+  Matrices out(depth);
+  for (int64_t l = 0; l < depth; ++l) {
+    for (int64_t h = 0; h < heads; ++h)
+      out[l].push_back(one());
+  }
+  return out;
+}
+
+void check_shape(const Matrices& m, const model::ModelConfig& config,
+                 const char* what) {
+  TORCH_CHECK(static_cast<int64_t>(m.size()) == config.depth, what, ": ",
+              m.size(), " layers of matrices for depth ", config.depth);
+  for (const auto& layer : m) {
+    TORCH_CHECK(static_cast<int64_t>(layer.size()) == config.kv_head_count(),
+                what, ": ", layer.size(), " matrices for ",
+                config.kv_head_count(), " key/value heads");
+  }
+}
+
+}  // namespace
+
+Matrices gauge_matrices(int64_t depth, int64_t heads, int64_t head_dim,
+                        uint64_t seed, torch::Dtype draw) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  return per_head(depth, heads,
+                  [&] { return orthogonal(gen, head_dim, draw); });
+}
+
+GaugeDraw gauge_draw(const model::ModelConfig& config, TwinKind kind,
+                     uint64_t seed, torch::Dtype draw) {
+  GaugeDraw out;
+  if (!acts_on_qk(kind) && !acts_on_vo(kind))
+    return out;
+  auto gen = at::detail::createCPUGenerator(seed);
+  const int64_t depth = config.depth, kv = config.kv_head_count();
+  const int64_t hd = config.head_dim();
+  if (acts_on_qk(kind)) {
+    const bool commuting = config.rope && kind != TwinKind::kGaugeFull;
+    out.qk = per_head(depth, kv, [&] {
+      return commuting ? pair_rotation(gen, hd, draw)
+                       : orthogonal(gen, hd, draw);
+    });
+  }
+  if (acts_on_vo(kind))
+    out.vo = per_head(depth, kv, [&] { return orthogonal(gen, hd, draw); });
+  return out;
+}
+
+void rotate_heads(model::Transformer& model, const Matrices& A) {
   torch::NoGradGuard no_grad;
-  const auto& cfg = model->config();
-  TORCH_CHECK(static_cast<int64_t>(A.size()) == cfg.depth,
-              "rotate_heads: ", A.size(), " layers of matrices for depth ",
-              cfg.depth);
-  for (int64_t l = 0; l < cfg.depth; ++l) {
-    TORCH_CHECK(static_cast<int64_t>(A[l].size()) == cfg.heads,
-                "rotate_heads: ", A[l].size(), " matrices for ", cfg.heads,
-                " heads");
-    for (int64_t h = 0; h < cfg.heads; ++h) {
+  const auto& config = model->config();
+  check_shape(A, config, "rotate_heads");
+  const int64_t group = config.heads / config.kv_head_count();
+  for (int64_t l = 0; l < config.depth; ++l) {
+    for (int64_t h = 0; h < config.heads; ++h) {
       torch::Tensor q = model->query_block(l, h);  // (hd, d) view
-      torch::Tensor k = model->key_block(l, h);
-      torch::Tensor a = A[l][h].to(q.device(), q.scalar_type());
-      q.copy_(torch::mm(a, q));
-      k.copy_(torch::mm(a, k));
+      const torch::Tensor& a = A[l][h / group];
+      q.copy_(torch::mm(a.to(q.device(), q.scalar_type()), q));
+    }
+    for (int64_t j = 0; j < config.kv_head_count(); ++j) {
+      torch::Tensor k = model->key_block(l, j);
+      k.copy_(torch::mm(A[l][j].to(k.device(), k.scalar_type()), k));
+    }
+  }
+}
+
+void rotate_values(model::Transformer& model, const Matrices& B) {
+  torch::NoGradGuard no_grad;
+  const auto& config = model->config();
+  check_shape(B, config, "rotate_values");
+  const int64_t group = config.heads / config.kv_head_count();
+  for (int64_t l = 0; l < config.depth; ++l) {
+    for (int64_t j = 0; j < config.kv_head_count(); ++j) {
+      torch::Tensor v = model->value_block(l, j);  // (hd, d) view
+      v.copy_(torch::mm(B[l][j].to(v.device(), v.scalar_type()), v));
+    }
+    for (int64_t h = 0; h < config.heads; ++h) {
+      torch::Tensor o = model->output_block(l, h);  // (d, hd) view
+      const torch::Tensor& b = B[l][h / group];
+      o.copy_(torch::mm(o, b.to(o.device(), o.scalar_type()).t()));
     }
   }
 }
@@ -59,23 +136,25 @@ void add_qk_noise(model::Transformer& model, uint64_t seed, double scale,
 
 void apply_twin(model::Transformer& model, TwinKind kind, uint64_t seed,
                 double noise_scale, torch::Dtype draw) {
-  const auto& cfg = model->config();
+  const auto& config = model->config();
   switch (kind) {
-    case TwinKind::kGauge:
-      rotate_heads(model, gauge_matrices(cfg.depth, cfg.heads, cfg.head_dim(),
-                                         seed, draw));
+    case TwinKind::kIdentity:
+      rotate_heads(
+          model, Matrices(config.depth,
+                          std::vector<torch::Tensor>(
+                              config.kv_head_count(),
+                              torch::eye(config.head_dim(), torch::kDouble))));
       return;
-    case TwinKind::kIdentity: {
-      std::vector<std::vector<torch::Tensor>> I(
-          cfg.depth,
-          std::vector<torch::Tensor>(
-              cfg.heads, torch::eye(cfg.head_dim(), torch::kDouble)));
-      rotate_heads(model, I);
-      return;
-    }
     case TwinKind::kNoise:
       add_qk_noise(model, seed, noise_scale, draw);
       return;
+    default: {
+      const GaugeDraw g = gauge_draw(config, kind, seed, draw);
+      if (!g.qk.empty())
+        rotate_heads(model, g.qk);
+      if (!g.vo.empty())
+        rotate_values(model, g.vo);
+    }
   }
 }
 

@@ -227,8 +227,8 @@ CurvePoint Lockstep::measure(size_t twin, const Evaluation* reference) {
   TORCH_CHECK(live(twin), "Lockstep: twin ", twin, " is retired");
   const Evaluation ref = reference ? *reference : evaluate_reference();
   const Evaluation own = evaluate(twins_[twin]->model, *task_);
-  CurvePoint point =
-      compare(ref, reference_->model, own, twins_[twin]->model, done_);
+  CurvePoint point = compare(ref, reference_->model, own, twins_[twin]->model,
+                             done_, acts_on_vo(specs_[twin].twin));
   const auto& l1 = reference_->losses;
   const auto& l2 = twins_[twin]->losses;
   if (done_ > 0 && static_cast<int64_t>(l1.size()) >= done_ &&

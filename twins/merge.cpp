@@ -15,22 +15,6 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr int kLambdaSteps = 10;  // lambda = i / 10, docs/protocol.md §9
 
-// Mean and max over heads; a NaN stays visible in the max.
-void summarise(const std::vector<double>& v, double* mean, double* max) {
-  if (v.empty()) {
-    *mean = *max = kNaN;
-    return;
-  }
-  double sum = 0, mx = 0;
-  for (double x : v) {
-    sum += x;
-    if (std::isnan(x) || x > mx)
-      mx = x;
-  }
-  *mean = sum / double(v.size());
-  *max = mx;
-}
-
 // Symmetric bitwise and without an eigenvalue below round-off of zero.
 bool symmetric_psd(const torch::Tensor& M) {
   if (!torch::equal(M, M.t()))
@@ -151,6 +135,15 @@ void apply_alignment(model::Transformer& model, const HeadMatrices& rotation) {
       }
     }
   }
+}
+
+void check_mergeable(const PairSpec& spec) {
+  const bool gauge_ok = spec.twin == TwinKind::kGauge || !is_gauge(spec.twin);
+  TORCH_CHECK(gauge_ok && !spec.rope && spec.kv_head_count() == spec.heads,
+              "head merging is measured for the QK gauge of the paper's "
+              "attention; not yet for --twin ",
+              to_string(spec.twin), spec.rope ? " with --rope" : "",
+              spec.kv_head_count() != spec.heads ? " with --kv-heads" : "");
 }
 
 HeadMatrices twin_gauge(const PairSpec& spec) {

@@ -73,6 +73,12 @@ void apply_alignment(model::Transformer& model, const HeadMatrices& rotation);
 // empty for identity and noise twins.
 HeadMatrices twin_gauge(const PairSpec& spec);
 
+// Throws a one-line error unless head merging (§9) is measured for `spec`:
+// the QK gauge (or an identity or noise twin) of the paper's attention.
+// Merging under the VO gauge, grouped-query attention or rotary positions
+// is not built yet.
+void check_mergeable(const PairSpec& spec);
+
 // ---------------------------------------------------------------------------
 // Interpolation and the loss barrier
 

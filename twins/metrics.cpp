@@ -17,26 +17,45 @@ double relative_distance(const torch::Tensor& a, const torch::Tensor& b) {
 
 namespace {
 
+// (H, hd, d): the key (or value) head of each of the H query heads.
+torch::Tensor per_query_head(const torch::Tensor& w, int64_t heads,
+                             int64_t hd) {
+  const int64_t kv = w.size(0) / hd, d = w.size(1);
+  torch::Tensor blocks = w.view({kv, hd, d});
+  return kv == heads
+             ? blocks
+             : model::repeat_heads(blocks.unsqueeze(0), heads / kv).squeeze(0);
+}
+
 // (H, d, d): P_h = W_Q,h^T W_K,h for every head of one layer.
-torch::Tensor head_products(const model::Block& block, int64_t heads) {
+torch::Tensor qk_products(const model::Block& block, int64_t heads) {
   const auto& wq = block->attn->wq->weight;  // (d, d), rows = heads x hd
-  const auto& wk = block->attn->wk->weight;
   const int64_t d = wq.size(1), hd = wq.size(0) / heads;
   torch::Tensor q = wq.view({heads, hd, d});
-  torch::Tensor k = wk.view({heads, hd, d});
+  torch::Tensor k = per_query_head(block->attn->wk->weight, heads, hd);
   return torch::bmm(q.transpose(1, 2), k);  // (H, d, d)
 }
 
-}  // namespace
+// (H, d, d): M_h = W_O,h W_V,h for every head of one layer.
+torch::Tensor vo_products(const model::Block& block, int64_t heads) {
+  const auto& wo = block->attn->wo->weight;  // (d, d), columns = heads x hd
+  const int64_t d = wo.size(0), hd = wo.size(1) / heads;
+  torch::Tensor o = wo.view({d, heads, hd}).permute({1, 0, 2});  // (H, d, hd)
+  torch::Tensor v = per_query_head(block->attn->wv->weight, heads, hd);
+  return torch::bmm(o, v);  // (H, d, d)
+}
 
-std::vector<double> qk_drift_per_head(const model::Transformer& m1,
-                                      const model::Transformer& m2) {
+using Products = torch::Tensor (*)(const model::Block&, int64_t);
+
+std::vector<double> drift_per_head(const model::Transformer& m1,
+                                   const model::Transformer& m2,
+                                   Products products) {
   torch::NoGradGuard no_grad;
   const int64_t heads = m1->config().heads;
   std::vector<torch::Tensor> per_layer;
   for (size_t l = 0; l < m1->blocks.size(); ++l) {
-    torch::Tensor p1 = head_products(m1->blocks[l], heads).to(torch::kDouble);
-    torch::Tensor p2 = head_products(m2->blocks[l], heads).to(torch::kDouble);
+    torch::Tensor p1 = products(m1->blocks[l], heads).to(torch::kDouble);
+    torch::Tensor p2 = products(m2->blocks[l], heads).to(torch::kDouble);
     auto n1 = p1.flatten(1).norm(2, {1}), n2 = p2.flatten(1).norm(2, {1});
     auto diff = (p1 - p2).flatten(1).norm(2, {1});
     // 0 where the two products are bitwise equal (also when both are 0).
@@ -45,6 +64,33 @@ std::vector<double> qk_drift_per_head(const model::Transformer& m1,
   torch::Tensor all = torch::cat(per_layer).cpu();
   return std::vector<double>(all.data_ptr<double>(),
                              all.data_ptr<double>() + all.numel());
+}
+
+}  // namespace
+
+void summarise(const std::vector<double>& per_head, double* mean, double* max) {
+  if (per_head.empty()) {
+    *mean = *max = std::numeric_limits<double>::quiet_NaN();
+    return;
+  }
+  double sum = 0, mx = 0;
+  for (double v : per_head) {
+    sum += v;
+    if (std::isnan(v) || v > mx)
+      mx = v;
+  }
+  *mean = sum / double(per_head.size());
+  *max = mx;
+}
+
+std::vector<double> qk_drift_per_head(const model::Transformer& m1,
+                                      const model::Transformer& m2) {
+  return drift_per_head(m1, m2, qk_products);
+}
+
+std::vector<double> vo_drift_per_head(const model::Transformer& m1,
+                                      const model::Transformer& m2) {
+  return drift_per_head(m1, m2, vo_products);
 }
 
 Evaluation evaluate(model::Transformer& model, const data::Task& task) {
@@ -60,22 +106,16 @@ Evaluation evaluate(model::Transformer& model, const data::Task& task) {
 
 CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
                    const Evaluation& e2, const model::Transformer& m2,
-                   int64_t step) {
+                   int64_t step, bool vo) {
   torch::NoGradGuard no_grad;
   CurvePoint c;
   c.step = step;
   c.logit_drift = relative_distance(e1.logits, e2.logits);
   c.val_loss = {e1.loss, e2.loss};
   c.val_acc = {e1.accuracy, e2.accuracy};
-  std::vector<double> qk = qk_drift_per_head(m1, m2);
-  double sum = 0, mx = 0;
-  for (double v : qk) {
-    sum += v;
-    if (std::isnan(v) || v > mx)
-      mx = v;  // a NaN stays visible
-  }
-  c.qk_drift_mean = sum / double(qk.size());
-  c.qk_drift_max = mx;
+  summarise(qk_drift_per_head(m1, m2), &c.qk_drift_mean, &c.qk_drift_max);
+  if (vo)
+    summarise(vo_drift_per_head(m1, m2), &c.vo_drift_mean, &c.vo_drift_max);
   c.train_loss = {std::numeric_limits<double>::quiet_NaN(),
                   std::numeric_limits<double>::quiet_NaN()};
   return c;

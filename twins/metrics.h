@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <limits>
 #include <vector>
 
 #include "data/task.h"
@@ -16,10 +17,20 @@ namespace twins {
 // §6); 0 when a and b are equal.
 double relative_distance(const torch::Tensor& a, const torch::Tensor& b);
 
-// Per head (layer-major), the relative distance between P = W_Q,h^T W_K,h of
-// the two models (d x d each), as relative_distance measures it.
+// Per query head (layer-major), the relative distance between P = W_Q,h^T
+// W_K,j of the two models (d x d each; j = h's key head), as
+// relative_distance measures it.
 std::vector<double> qk_drift_per_head(const model::Transformer& m1,
                                       const model::Transformer& m2);
+
+// Per query head (layer-major), the same for M = W_O,h W_V,j (d x d): the
+// value/output product the VO gauge leaves unchanged (docs/protocol.md §6).
+std::vector<double> vo_drift_per_head(const model::Transformer& m1,
+                                      const model::Transformer& m2);
+
+// Mean and max over heads of a per-head drift; a NaN stays visible in the
+// max; both NaN when there are no heads.
+void summarise(const std::vector<double>& per_head, double* mean, double* max);
 
 // What one checkpoint records.
 struct CurvePoint {
@@ -27,6 +38,10 @@ struct CurvePoint {
   double logit_drift = 0;
   double qk_drift_mean = 0;
   double qk_drift_max = 0;
+  // The VO drift's mean and max over heads, measured for the twins that
+  // rotate W_V / W_O; NaN (not written) for the others.
+  double vo_drift_mean = std::numeric_limits<double>::quiet_NaN();
+  double vo_drift_max = std::numeric_limits<double>::quiet_NaN();
   std::array<double, 2> val_loss{};  // copy 1, copy 2
   std::array<double, 2> val_acc{};   // mod task: last-position accuracy
   // Loss of the training batch of this step (before its update); NaN at
@@ -44,10 +59,10 @@ Evaluation evaluate(model::Transformer& model, const data::Task& task);
 
 // The checkpoint of two models from their evaluations (e1 of m1, e2 of
 // m2), neither evaluated again: copy 1 is evaluated once per checkpoint and
-// compared with every twin of its group.
+// compared with every twin of its group. With `vo`, the VO drift too.
 CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
                    const Evaluation& e2, const model::Transformer& m2,
-                   int64_t step);
+                   int64_t step, bool vo = false);
 
 // The checkpoint steps: {0, 1, 2, 3, 5, 10, 50, 100, 300, 600, 1000, 1500,
 // 2000, 3000} within [0, steps], plus `steps` itself and any of `extra`

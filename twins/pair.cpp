@@ -179,6 +179,10 @@ class GroupRun {
                          l2.empty() ? std::nan("") : l2.back()};
     result.qk_per_head =
         qk_drift_per_head(group_.reference(), group_.twin(twin));
+    if (acts_on_vo(result.spec.twin)) {
+      result.vo_per_head =
+          vo_drift_per_head(group_.reference(), group_.twin(twin));
+    }
     result.wall_s = seconds();
     if (options_.pair_done) {
       options_.pair_done(result, group_.done(), group_.reference(),

@@ -95,6 +95,10 @@ CurvePoint curve_point(const json& p) {
   c.logit_drift = real(field(p, "logit_drift"), "curve.logit_drift");
   c.qk_drift_mean = real(field(p, "qk_drift_mean"), "curve.qk_drift_mean");
   c.qk_drift_max = real(field(p, "qk_drift_max"), "curve.qk_drift_max");
+  if (p.contains("vo_drift_mean")) {
+    c.vo_drift_mean = real(p["vo_drift_mean"], "curve.vo_drift_mean");
+    c.vo_drift_max = real(field(p, "vo_drift_max"), "curve.vo_drift_max");
+  }
   c.val_loss = pair_from(field(p, "val_loss"), "curve.val_loss");
   c.val_acc = pair_from(field(p, "val_acc"), "curve.val_acc");
   c.train_loss = p.contains("train_loss")
@@ -218,6 +222,13 @@ json spec_to_json(const PairSpec& s) {
                 {"d_model", s.d_model},
                 {"heads", s.heads},
                 {"mlp", s.mlp}};
+  // Only where given, so the paper's records keep their fields.
+  if (s.kv_head_count() != s.heads)
+    j["model"]["kv_heads"] = s.kv_head_count();
+  if (s.rope)
+    j["model"]["rope_base"] = s.rope_base;
+  if (!s.twin_is_symmetry())
+    j["twin_is_symmetry"] = false;
   if (!s.merge_at.empty())
     j["merge_at"] = s.merge_at;
   return j;
@@ -258,6 +269,15 @@ PairSpec spec_from_json(const json& j) {
   s.d_model = integer(field(m, "d_model"), "model.d_model");
   s.heads = integer(field(m, "heads"), "model.heads");
   s.mlp = integer(field(m, "mlp"), "model.mlp");
+  if (m.contains("kv_heads")) {
+    s.kv_heads = integer(m["kv_heads"], "model.kv_heads");
+    if (s.kv_heads == s.heads)
+      s.kv_heads = 0;
+  }
+  if (m.contains("rope_base")) {
+    s.rope = true;
+    s.rope_base = real(m["rope_base"], "model.rope_base");
+  }
   if (j.contains("ctx"))
     s.ctx = integer(j["ctx"], "ctx");
   if (j.contains("batch"))
@@ -290,12 +310,18 @@ json to_json(const PairResult& result) {
               {"qk_drift_max", num(c.qk_drift_max)},
               {"val_loss", pair_of(c.val_loss)},
               {"val_acc", pair_of(c.val_acc)}};
+    if (acts_on_vo(result.spec.twin)) {  // measured for these twins only
+      p["vo_drift_mean"] = num(c.vo_drift_mean);
+      p["vo_drift_max"] = num(c.vo_drift_max);
+    }
     if (c.step > 0)
       p["train_loss"] = pair_of(c.train_loss);
     curve.push_back(p);
   }
   j["curve"] = curve;
   j["qk_drift_per_head"] = numbers(result.qk_per_head);
+  if (acts_on_vo(result.spec.twin))
+    j["vo_drift_per_head"] = numbers(result.vo_per_head);
   j["val_acc"] = pair_of(result.val_acc);
   j["val_loss"] = pair_of(result.val_loss);
   j["train_loss"] = pair_of(result.train_loss);
@@ -336,6 +362,8 @@ PairResult from_json(const json& j) {
   if (j.contains("qk_drift_per_head")) {
     r.qk_per_head = numbers_from(j["qk_drift_per_head"], "qk_drift_per_head");
   }
+  if (j.contains("vo_drift_per_head"))
+    r.vo_per_head = numbers_from(j["vo_drift_per_head"], "vo_drift_per_head");
   if (j.contains("val_acc"))
     r.val_acc = pair_from(j["val_acc"], "val_acc");
   if (j.contains("val_loss")) {

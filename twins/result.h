@@ -35,6 +35,7 @@ struct PairResult {
   PairSpec spec;
   std::vector<CurvePoint> curve;       // one per checkpoint, step 0 first
   std::vector<double> qk_per_head;     // final, layer-major
+  std::vector<double> vo_per_head;     // final; twins that rotate W_V / W_O
   std::array<double, 2> val_acc{};     // final, copy 1 / copy 2
   std::array<double, 2> val_loss{};    // final
   std::array<double, 2> train_loss{};  // loss of the last training step

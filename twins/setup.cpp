@@ -35,6 +35,9 @@ model::ModelConfig model_config(const PairSpec& spec,
   config.d_model = spec.d_model;
   config.heads = spec.heads;
   config.mlp = spec.mlp;
+  config.kv_heads = spec.kv_heads;
+  config.rope = spec.rope;
+  config.rope_base = spec.rope_base;
   config.validate();
   return config;
 }
@@ -48,9 +51,10 @@ optim::ParamSplit param_split(const model::Transformer& model) {
   // need not be known here.
   std::vector<std::pair<torch::Tensor, optim::ParamRole>> roles = {
       {model->tok_emb, {Role::kEmbedding}},
-      {model->pos_emb, {Role::kPositional}},
       {model->norm_f->gain, {Role::kGain}},
       {model->head->weight, {Role::kHead}}};
+  if (model->pos_emb.defined())  // none under rotary positions
+    roles.push_back({model->pos_emb, {Role::kPositional}});
   for (size_t l = 0; l < model->blocks.size(); ++l) {
     const auto& block = model->blocks[l];
     const auto& attention = block->attn;

@@ -114,6 +114,8 @@ void check_expected(const PairSpec& got, const PairSpec& want,
   same("d_model", got.d_model, want.d_model);
   same("heads", got.heads, want.heads);
   same("mlp", got.mlp, want.mlp);
+  same("kv_heads", got.kv_head_count(), want.kv_head_count());
+  same("rope", got.rope, want.rope);
   if (got.task == "charlm")
     same("ctx", got.ctx, want.ctx);
 }
@@ -266,6 +268,7 @@ PairResult measure_saved(SavedPair& pair) {
   r.val_acc = c.val_acc;
   r.val_loss = c.val_loss;
   r.train_loss = c.train_loss;
+  check_mergeable(r.spec);
   const HeadMatrices gauge = twin_gauge(pair.spec);
   r.merges.push_back(measure_merge(pair.m1, pair.m2, *pair.task, pair.step,
                                    gauge.empty() ? nullptr : &gauge));

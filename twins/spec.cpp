@@ -7,6 +7,14 @@
 
 namespace twins {
 
+namespace {
+
+constexpr TwinKind kTwinKinds[] = {TwinKind::kGauge,    TwinKind::kIdentity,
+                                   TwinKind::kNoise,    TwinKind::kGaugeVo,
+                                   TwinKind::kGaugeAll, TwinKind::kGaugeFull};
+
+}  // namespace
+
 const char* to_string(TwinKind kind) {
   switch (kind) {
     case TwinKind::kGauge:
@@ -15,19 +23,37 @@ const char* to_string(TwinKind kind) {
       return "identity";
     case TwinKind::kNoise:
       return "noise";
+    case TwinKind::kGaugeVo:
+      return "gauge-vo";
+    case TwinKind::kGaugeAll:
+      return "gauge-all";
+    case TwinKind::kGaugeFull:
+      return "gauge-full";
   }
   return "?";
 }
 
 TwinKind parse_twin_kind(const std::string& name) {
-  if (name == "gauge")
-    return TwinKind::kGauge;
-  if (name == "identity")
-    return TwinKind::kIdentity;
-  if (name == "noise")
-    return TwinKind::kNoise;
+  for (TwinKind kind : kTwinKinds) {
+    if (name == to_string(kind))
+      return kind;
+  }
   TORCH_CHECK(false, "Unknown twin kind: '", name,
-              "' (known: gauge, identity, noise)");
+              "' (known: gauge, identity, noise, gauge-vo, gauge-all, "
+              "gauge-full)");
+}
+
+bool acts_on_qk(TwinKind kind) {
+  return kind == TwinKind::kGauge || kind == TwinKind::kGaugeAll ||
+         kind == TwinKind::kGaugeFull;
+}
+
+bool acts_on_vo(TwinKind kind) {
+  return kind == TwinKind::kGaugeVo || kind == TwinKind::kGaugeAll;
+}
+
+bool is_gauge(TwinKind kind) {
+  return acts_on_qk(kind) || acts_on_vo(kind);
 }
 
 const char* to_string(Protocol protocol) {
@@ -89,6 +115,12 @@ std::string common_tail(const PairSpec& s) {
       "|protocol={}|steps={}|lr={}|{}|{}|L{}-d{}-h{}-m{}|data={}",
       to_string(s.protocol), s.steps, s.lr, dtype_name(s.dtype), s.device,
       s.depth, s.d_model, s.heads, s.mlp, s.data_seed);
+  // The attention beyond the paper's, only where given: every earlier key
+  // stays as it was.
+  if (s.kv_head_count() != s.heads)
+    k += fmt::format("|kv={}", s.kv_head_count());
+  if (s.rope)
+    k += fmt::format("|rope={}", s.rope_base);
   if (s.stop_after > 0)
     k += fmt::format("|stop_after={}", s.stop_after);
   if (s.is_charlm()) {
@@ -174,6 +206,12 @@ std::string twin_label(const PairSpec& s) {
       return "A=I";
     case TwinKind::kNoise:
       return "noise " + format_scale(s.noise_scale);
+    case TwinKind::kGaugeVo:
+      return "gauge VO";
+    case TwinKind::kGaugeAll:
+      return "gauge QK+VO";
+    case TwinKind::kGaugeFull:
+      return "gauge full";
     case TwinKind::kGauge:
       break;
   }

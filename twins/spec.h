@@ -19,11 +19,21 @@ enum class TwinKind {
   kGauge,     // per-head orthogonal A_h on the W_Q / W_K row blocks
   kIdentity,  // the same operation with A_h = I: must stay exactly equal
   kNoise,     // W_Q, W_K + scale * N(0, 1), no rotation
+  kGaugeVo,   // per value head orthogonal B_h: W_V rows, W_O columns
+  kGaugeAll,  // the QK and the VO gauge together
+  // Under rotary positions, an unrestricted orthogonal A_h on W_Q / W_K:
+  // not a symmetry there (the negative control).
+  kGaugeFull,
 };
 
 const char* to_string(TwinKind kind);
-// Throws "Unknown twin kind: 'x' (known: gauge, identity, noise)".
+// Throws "Unknown twin kind: 'x' (known: gauge, identity, noise, ...)".
 TwinKind parse_twin_kind(const std::string& name);
+// Whether a twin of `kind` rotates W_Q / W_K (the QK gauge), W_V / W_O
+// (the VO gauge); whether it is one of the gauge twins.
+bool acts_on_qk(TwinKind kind);
+bool acts_on_vo(TwinKind kind);
+bool is_gauge(TwinKind kind);
 
 // docs/protocol.md §2a: the recipe a pair follows — the paper's CPU scripts
 // (Table 3, D.5), its GPU suite (Table 9), or the project's own.
@@ -86,6 +96,10 @@ struct PairSpec {
   int64_t d_model = 64;        // residual width
   int64_t heads = 4;           // attention heads
   int64_t mlp = 256;           // MLP hidden width
+  // Key/value heads (grouped-query attention); 0: as many as `heads`.
+  int64_t kv_heads = 0;
+  bool rope = false;           // rotary positions instead of learned ones
+  double rope_base = 10000;    // their frequency base (rope only)
   uint64_t data_seed = 42;     // split / batch-stream seed
   // char-LM only
   int64_t ctx = 128;   // context length
@@ -97,6 +111,12 @@ struct PairSpec {
   std::vector<int64_t> merge_at;
 
   bool uses_twin_seed() const { return twin != TwinKind::kIdentity; }
+  int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  // Whether copy 2 computes copy 1's function at step 0: every twin but
+  // gauge-full under rotary positions (docs/protocol.md §2).
+  bool twin_is_symmetry() const {
+    return !(rope && twin == TwinKind::kGaugeFull);
+  }
   bool uses_noise_scale() const { return twin == TwinKind::kNoise; }
   bool is_charlm() const { return task == "charlm"; }
   // The last step this pair trains: stop_after, or steps.
