@@ -21,13 +21,11 @@
 #include "twins/device.h"
 #include "twins/environment.h"
 #include "twins/group_state.h"
+#include "twins/text.h"
+
+using twins::first_line;
 
 namespace {
-
-// The first line of an error message (LibTorch appends backtraces).
-std::string first_line(const std::string& s) {
-  return s.substr(0, s.find('\n'));
-}
 
 // Why the command line has an empty value ("--opt ''", "--out=", an empty
 // positional), or empty when it has none. CLI11 would take an empty value

@@ -21,14 +21,13 @@
 #include "optim/registry.h"
 #include "twins/defaults.h"
 #include "twins/pair.h"
+#include "twins/text.h"
+
+using twins::first_line;
 
 namespace bridge {
 
 namespace {
-
-std::string first_line(const std::string& text) {
-  return text.substr(0, text.find('\n'));
-}
 
 py::object census_module() {
   conventions();  // census.py reads its classification of errors

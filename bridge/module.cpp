@@ -34,6 +34,9 @@
 #include "report/verdict.h"
 #include "sweep/command.h"
 #include "twins/group_state.h"
+#include "twins/text.h"
+
+using twins::first_line;
 
 namespace py = pybind11;
 namespace fs = std::filesystem;
@@ -190,10 +193,6 @@ py::dict verdict_dict(const report::Verdict& v) {
   d["note"] = v.note;
   d["line"] = report::format_verdict_line(v);
   return d;
-}
-
-std::string first_line(const std::string& s) {
-  return s.substr(0, s.find('\n'));
 }
 
 std::string make_temp_dir() {

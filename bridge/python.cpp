@@ -12,6 +12,9 @@
 #include "bridge/python_optimizer.h"
 #include "bridge_config.h"
 #include "conventions_py.h"
+#include "twins/text.h"
+
+using twins::first_line;
 
 namespace bridge {
 
@@ -34,10 +37,6 @@ struct Embedded {
 std::mutex start_mutex;
 
 constexpr char kConventionsModule[] = "_twins_conventions";
-
-std::string first_line(const std::string& s) {
-  return s.substr(0, s.find('\n'));
-}
 
 // The Python whose environment the embedded interpreter takes (its
 // sys.prefix, site-packages and torch): the python beside this executable

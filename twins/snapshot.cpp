@@ -19,6 +19,7 @@
 #include "twins/metrics.h"
 #include "twins/record.h"
 #include "twins/setup.h"
+#include "twins/text.h"
 
 namespace twins {
 
@@ -26,10 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string first_line(const std::string& s) {
-  return s.substr(0, s.find('\n'));
-}
 
 // The spec fields of the result record (twins::spec_to_json), its key and
 // schema, and the step.
