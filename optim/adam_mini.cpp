@@ -1,5 +1,6 @@
 #include "optim/adam_mini.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace optim {
@@ -35,13 +36,20 @@ AdamMini::AdamMini(std::vector<torch::Tensor> params,
       heads_(heads) {
   check_adam_options(defaults.lr(), defaults.betas(), defaults.eps());
   TORCH_CHECK(heads >= 1, "AdamMini: invalid head count: ", heads);
+  // W_Q has the most rows, heads x head_dim; a W_K of grouped-query
+  // attention has fewer heads of the same size.
+  int64_t rows = 0;
   for (const auto& w : qk) {
-    // head_dim = d_model / heads rows a head; a W_K of grouped-query
-    // attention has fewer heads than W_Q.
-    TORCH_CHECK(w.dim() == 2 && w.size(1) % heads == 0 &&
-                    w.size(0) % (w.size(1) / heads) == 0,
-                "AdamMini: a W_Q / W_K of shape ", w.sizes(),
-                " does not split into head blocks of d_model / ", heads,
+    TORCH_CHECK(w.dim() == 2, "AdamMini: a W_Q / W_K of shape ", w.sizes(),
+                " is not a matrix");
+    rows = std::max(rows, w.size(0));
+  }
+  TORCH_CHECK(rows % heads == 0, "AdamMini: a W_Q of ", rows,
+              " rows does not split into ", heads, " heads");
+  head_rows_ = std::max<int64_t>(rows / heads, 1);
+  for (const auto& w : qk) {
+    TORCH_CHECK(w.size(0) % head_rows_ == 0, "AdamMini: a W_Q / W_K of shape ",
+                w.sizes(), " does not split into head blocks of ", head_rows_,
                 " rows");
     qk_.insert(w.unsafeGetTensorImpl());
   }
@@ -49,7 +57,7 @@ AdamMini::AdamMini(std::vector<torch::Tensor> params,
 
 int64_t AdamMini::blocks(const torch::Tensor& p) const {
   if (qk_.count(p.unsafeGetTensorImpl()))
-    return p.size(0) / (p.size(1) / heads_);  // one per head
+    return p.size(0) / head_rows_;  // one per head
   return p.dim() == 2 ? p.size(0) : 1;
 }
 

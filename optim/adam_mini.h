@@ -49,8 +49,8 @@ struct AdamMiniOptions
 class AdamMini : public StatefulOptimizer {
  public:
   // params: every parameter; qk: those of them that are W_Q / W_K, each 2-D
-  // with rows in blocks of d_model / heads (a W_K of grouped-query attention
-  // has fewer of them than W_Q).
+  // with rows in head blocks of (W_Q's rows) / heads (a W_K of grouped-query
+  // attention has fewer of them than W_Q).
   AdamMini(std::vector<torch::Tensor> params, std::vector<torch::Tensor> qk,
            int64_t heads, AdamMiniOptions defaults = {});
 
@@ -63,6 +63,7 @@ class AdamMini : public StatefulOptimizer {
  private:
   std::unordered_set<const void*> qk_;  // TensorImpl of each W_Q / W_K
   int64_t heads_;
+  int64_t head_rows_ = 1;  // rows of one head in W_Q / W_K
 };
 
 // One step in place; p, grad and exp_avg are viewed as (blocks, -1) and

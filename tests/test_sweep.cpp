@@ -95,6 +95,7 @@ TEST(Tables, JobListsAreThePapersAndTheirKeysAreUnique) {
                                                {"table9-charlm", 18},
                                                {"zoo", 40},
                                                {"zoo-modern", 44},
+                                               {"gauges", 126},
                                                {"dial", 6},
                                                {"merge", 9}};
   for (const auto& name : sweep::table_names()) {
