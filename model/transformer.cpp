@@ -206,24 +206,34 @@ torch::Tensor TransformerImpl::reference_forward(const torch::Tensor& tokens) {
   return head(x);
 }
 
+namespace {
+
+// Head `head`'s hd rows (dim 0) or columns (dim 1) of w: a view.
+torch::Tensor head_slice(const torch::Tensor& w, int64_t dim, int64_t head,
+                         int64_t hd) {
+  return w.narrow(dim, head * hd, hd);
+}
+
+}  // namespace
+
 torch::Tensor TransformerImpl::query_block(int64_t layer, int64_t head) const {
-  const int64_t hd = config_.head_dim();
-  return blocks.at(layer)->attn->wq->weight.narrow(0, head * hd, hd);
+  return head_slice(blocks.at(layer)->attn->wq->weight, 0, head,
+                    config_.head_dim());
 }
 
 torch::Tensor TransformerImpl::key_block(int64_t layer, int64_t head) const {
-  const int64_t hd = config_.head_dim();
-  return blocks.at(layer)->attn->wk->weight.narrow(0, head * hd, hd);
+  return head_slice(blocks.at(layer)->attn->wk->weight, 0, head,
+                    config_.head_dim());
 }
 
 torch::Tensor TransformerImpl::value_block(int64_t layer, int64_t head) const {
-  const int64_t hd = config_.head_dim();
-  return blocks.at(layer)->attn->wv->weight.narrow(0, head * hd, hd);
+  return head_slice(blocks.at(layer)->attn->wv->weight, 0, head,
+                    config_.head_dim());
 }
 
 torch::Tensor TransformerImpl::output_block(int64_t layer, int64_t head) const {
-  const int64_t hd = config_.head_dim();
-  return blocks.at(layer)->attn->wo->weight.narrow(1, head * hd, hd);
+  return head_slice(blocks.at(layer)->attn->wo->weight, 1, head,
+                    config_.head_dim());
 }
 
 std::vector<torch::Tensor> TransformerImpl::matrix_parameters() const {

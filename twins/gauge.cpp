@@ -43,6 +43,11 @@ Matrices per_head(int64_t depth, int64_t heads, Draw one) {
   return out;
 }
 
+// m in w's dtype and on its device, to multiply w's head block.
+torch::Tensor like(const torch::Tensor& m, const torch::Tensor& w) {
+  return m.to(w.device(), w.scalar_type());
+}
+
 void check_shape(const Matrices& m, const model::ModelConfig& config,
                  const char* what) {
   TORCH_CHECK(static_cast<int64_t>(m.size()) == config.depth, what, ": ",
@@ -91,12 +96,11 @@ void rotate_heads(model::Transformer& model, const Matrices& A) {
   for (int64_t l = 0; l < config.depth; ++l) {
     for (int64_t h = 0; h < config.heads; ++h) {
       torch::Tensor q = model->query_block(l, h);  // (hd, d) view
-      const torch::Tensor& a = A[l][h / group];
-      q.copy_(torch::mm(a.to(q.device(), q.scalar_type()), q));
+      q.copy_(torch::mm(like(A[l][h / group], q), q));
     }
     for (int64_t j = 0; j < config.kv_head_count(); ++j) {
       torch::Tensor k = model->key_block(l, j);
-      k.copy_(torch::mm(A[l][j].to(k.device(), k.scalar_type()), k));
+      k.copy_(torch::mm(like(A[l][j], k), k));
     }
   }
 }
@@ -109,12 +113,11 @@ void rotate_values(model::Transformer& model, const Matrices& B) {
   for (int64_t l = 0; l < config.depth; ++l) {
     for (int64_t j = 0; j < config.kv_head_count(); ++j) {
       torch::Tensor v = model->value_block(l, j);  // (hd, d) view
-      v.copy_(torch::mm(B[l][j].to(v.device(), v.scalar_type()), v));
+      v.copy_(torch::mm(like(B[l][j], v), v));
     }
     for (int64_t h = 0; h < config.heads; ++h) {
       torch::Tensor o = model->output_block(l, h);  // (d, hd) view
-      const torch::Tensor& b = B[l][h / group];
-      o.copy_(torch::mm(o, b.to(o.device(), o.scalar_type()).t()));
+      o.copy_(torch::mm(o, like(B[l][h / group], o).t()));
     }
   }
 }
