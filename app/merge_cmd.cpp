@@ -13,8 +13,10 @@ CLI::App* setup_merge(CLI::App& parent, MergeFlags& flags) {
       "Head merging (docs/protocol.md §9): train pairs and, at each "
       "--merge-at step, measure the validation loss along the straight line "
       "between the two copies and its barrier, naive and after aligning copy "
-      "2's heads to copy 1's by orthogonal Procrustes; or measure pairs saved "
-      "by --save-models (--models)");
+      "2's heads to copy 1's by orthogonal Procrustes (per key/value head; "
+      "W_V and W_O too for twins that rotate them; under --rope within the "
+      "rotations of each frequency pair, the unrestricted fit reported "
+      "beside it); or measure pairs saved by --save-models (--models)");
   add_pair_list_flags(*cmd, flags.request, flags.opt_args,
                       "Results file (JSON lines) [default: a new file "
                       "runs/merge-<task>-<date>-<time>.jsonl]");

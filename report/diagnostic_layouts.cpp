@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -106,8 +108,10 @@ std::string dial_checks_note(const std::vector<DialPoint>& points) {
 
 using twins::MergePoint;
 
+using MergeColumn = std::pair<const char*, double (*)(const MergePoint&)>;
+
 // The merge section's figure columns: what each reads off a merge point.
-const std::pair<const char*, double (*)(const MergePoint&)> kMergeColumns[] = {
+const MergeColumn kMergeColumns[] = {
     {"barrier naive", [](const MergePoint& m) { return m.naive.barrier; }},
     {"barrier aligned", [](const MergePoint& m) { return m.aligned.barrier; }},
     {"residual (mean)",
@@ -120,6 +124,61 @@ const std::pair<const char*, double (*)(const MergePoint&)> kMergeColumns[] = {
     {"rotation error (max)",
      [](const MergePoint& m) { return m.alignment.rotation_error_max; }},
 };
+
+constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+
+// Shown when some record aligned the value/output side (NaN where a point
+// did not).
+const MergeColumn kValueColumns[] = {
+    {"VO residual (mean)",
+     [](const MergePoint& m) {
+       return m.values ? m.values->residual_mean : kNone;
+     }},
+    {"VO drift (mean)",
+     [](const MergePoint& m) { return m.values ? m.vo_drift_mean : kNone; }},
+    {"VO rotation error (mean)",
+     [](const MergePoint& m) {
+       return m.values ? m.values->rotation_error_mean : kNone;
+     }},
+};
+
+// Shown when some record has the unrestricted comparison (rotary positions).
+const MergeColumn kUnrestrictedColumns[] = {
+    {"barrier unrestricted",
+     [](const MergePoint& m) {
+       return m.unrestricted ? m.unrestricted->path.barrier : kNone;
+     }},
+    {"unrestricted residual (mean)",
+     [](const MergePoint& m) {
+       return m.unrestricted ? m.unrestricted->alignment.residual_mean : kNone;
+     }},
+    {"unrestricted rotation error (mean)",
+     [](const MergePoint& m) {
+       return m.unrestricted ? m.unrestricted->alignment.rotation_error_mean
+                             : kNone;
+     }},
+};
+
+// The columns of `all`'s merge section: the optional ones only when some
+// merge point has them, so the paper's attention keeps its table.
+std::vector<MergeColumn> merge_columns(const Records& all) {
+  bool values = false, unrestricted = false;
+  for (const auto& r : all) {
+    for (const auto& m : r.merges) {
+      values = values || m.values.has_value();
+      unrestricted = unrestricted || m.unrestricted.has_value();
+    }
+  }
+  std::vector<MergeColumn> columns(std::begin(kMergeColumns),
+                                   std::end(kMergeColumns));
+  if (values)
+    columns.insert(columns.end(), std::begin(kValueColumns),
+                   std::end(kValueColumns));
+  if (unrestricted)
+    columns.insert(columns.end(), std::begin(kUnrestrictedColumns),
+                   std::end(kUnrestrictedColumns));
+  return columns;
+}
 
 // One merge row: an optimizer, a twin and a merge checkpoint.
 struct MergeKey {
@@ -207,18 +266,19 @@ std::optional<Section> dial_section(const Records& all) {
 // alignment residual, the invariant's drift and, for gauge twins, how far
 // the fitted rotation is from the twin's own.
 std::optional<Section> merge_section(const Records& all) {
-  std::vector<std::string> columns;
-  for (const auto& [name, get] : kMergeColumns) {
-    columns.push_back(name);
+  const std::vector<MergeColumn> columns = merge_columns(all);
+  std::vector<std::string> names;
+  for (const auto& [name, get] : columns) {
+    names.push_back(name);
   }
   Section s = section_of(
       "merge",
       "Loss barrier between the twins, naive and after per-head alignment",
-      {"optimizer", "twin", "step"}, columns);
+      {"optimizer", "twin", "step"}, names);
   for (const auto& [k, points] : merge_rows(all)) {
     Section::Row row;
     row.labels = {display_name(k.opt), k.twin, std::to_string(k.step)};
-    for (const auto& [name, get] : kMergeColumns) {
+    for (const auto& [name, get] : columns) {
       std::vector<double> v;
       for (const MergePoint* m : points) {
         v.push_back(get(*m));
@@ -236,6 +296,17 @@ std::optional<Section> merge_section(const Records& all) {
       "Rotation error: ||R_h - A_h^T||_F, the fitted rotation against the "
       "inverse of the gauge twin's own A_h (gauge twins only). "
       "docs/protocol.md §9.");
+  if (columns.size() > std::size(kMergeColumns)) {
+    s.notes.push_back(
+        "Under grouped-query attention one R per key/value head, fitted on "
+        "its rows of W_K and those of its query heads. VO: the value/output "
+        "side (twins that rotate it), one R per value head fitted on its rows "
+        "of W_V and its query heads' columns of W_O, applied before the "
+        "barrier aligned. Under --rope the Q/K fit is restricted to the "
+        "rotations of each frequency pair (the gauge there); unrestricted: "
+        "the Q/K fit over all orthogonal matrices, which changes the "
+        "function under rotary positions (the comparison).");
+  }
   return s;
 }
 

@@ -7,7 +7,6 @@
 #include "model/config.h"
 #include "optim/registry.h"
 #include "twins/defaults.h"
-#include "twins/merge.h"
 
 namespace sweep {
 
@@ -118,11 +117,6 @@ std::vector<PairSpec> expand(const PlanRequest& r) {
     TORCH_CHECK(kind != TwinKind::kGaugeFull || base.rope,
                 "--twin gauge-full is the unrestricted rotation under --rope "
                 "(its negative control); without --rope it is --twin gauge");
-    if (!base.merge_at.empty()) {
-      PairSpec merged = base;
-      merged.twin = kind;
-      twins::check_mergeable(merged);  // throws naming what is not built
-    }
     const double lr = r.lr != 0 ? r.lr : twins::default_lr(opt, r.task);
     const optim::Hparams hparams = registry_hparams(opt);
     const std::vector<uint64_t> seeds =

@@ -238,6 +238,23 @@ std::vector<PairSpec> merge_pairs(const PlanRequest& table,
   return pairs;
 }
 
+// docs/protocol.md §9 under the gauges of the attention people train: the
+// LLaMA-style attention of the gauges table, the paper's equivariant rules,
+// Adam and Adam-mini (which keeps the QK gauge and breaks the VO gauge),
+// each under the QK gauge, the VO gauge, both, and the unrestricted rotation
+// (not a symmetry under rotary positions), merged at steps 1, 100 and the
+// last.
+std::vector<PairSpec> merge_gauges_pairs(const PlanRequest& table,
+                                         const TableOverrides&) {
+  PlanRequest request = table;
+  request.kv_heads = kGaugesKvHeads;
+  request.rope = true;
+  request.merge_at = default_merge_steps(request.steps);
+  request.opts = {"sgd", "scalar-adam", "muon", "adam", "adam-mini"};
+  request.twins = {"gauge", "gauge-vo", "gauge-all", "gauge-full"};
+  return expand(request);
+}
+
 // ===========================================================================
 // The tables
 
@@ -343,6 +360,13 @@ const Config kConfigs[] = {
      "barriers at steps 1, 100 and the last, mod-47 2L d64, 1500 steps, CPU "
      "float32",
      kTable3Model, "cpu", merge_pairs},
+    {"merge-gauges", "merge",
+     "Head merging under the gauges: sgd, scalar-adam, muon, adam and "
+     "adam-mini under the QK gauge, the VO gauge, both and the unrestricted "
+     "rotation, with rotary positions and grouped-query attention (4 query "
+     "heads, 2 key/value heads), barriers at steps 1, 100 and the last, "
+     "mod-47 2L d64, 1500 steps, CPU float32",
+     kTable3Model, "cpu", merge_gauges_pairs},
 };
 
 // The paper's step count of a table.

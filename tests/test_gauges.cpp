@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "data/modular.h"
 #include "helpers.h"
 #include "model/fused.h"
 #include "report/gauges.h"
@@ -14,6 +15,7 @@
 #include "sweep/plan.h"
 #include "sweep/tables.h"
 #include "twins/gauge.h"
+#include "twins/merge.h"
 #include "twins/metrics.h"
 #include "twins/pair.h"
 #include "twins/record.h"
@@ -314,9 +316,6 @@ TEST(Gauges, ImpossibleOptionsAreRefusedNamingTheValue) {
   expect_throw_naming([&] { sweep::expand(r); }, "odd");
   r.heads = 4;
   r.d_model = 16;
-  r.merge_at = {1};
-  expect_throw_naming([&] { sweep::expand(r); }, "with --rope");
-  r.merge_at.clear();
   r.twins = {"identity"};
   expect_throw_naming([&] { sweep::verdict_specs(r); }, "identity");
 }
@@ -349,6 +348,213 @@ TEST(Gauges, TheVerdictReportsEachSymmetryItTested) {
   EXPECT_EQ(verdicts[0].verdict, report::VerdictClass::kEquivariant);
   EXPECT_EQ(verdicts[1].verdict, report::VerdictClass::kBasisDependent);
   EXPECT_FALSE(report::predicted_for("torch:Adam", TwinKind::kGaugeVo));
+}
+
+// ---------------------------------------------------------------------------
+// Head merging under the gauges (docs/protocol.md §9)
+
+// Block-diagonal: pair (2i, 2i+1) turned by angle[i].
+torch::Tensor pair_rotation(const std::vector<double>& angle) {
+  const int64_t n = 2 * static_cast<int64_t>(angle.size());
+  torch::Tensor r = torch::zeros({n, n}, torch::kDouble);
+  for (size_t i = 0; i < angle.size(); ++i) {
+    const int64_t k = 2 * static_cast<int64_t>(i);
+    r[k][k] = std::cos(angle[i]);
+    r[k][k + 1] = -std::sin(angle[i]);
+    r[k + 1][k] = std::sin(angle[i]);
+    r[k + 1][k + 1] = std::cos(angle[i]);
+  }
+  return r;
+}
+
+double max_abs(const torch::Tensor& t) {
+  return t.abs().max().item<double>();
+}
+
+TEST(GaugeMerge, PairProcrustesIsTheBestRotationOfEachPair) {
+  // Recovers a rotation of the subgroup exactly.
+  const torch::Tensor Q = pair_rotation({0.3, 2.5, -1.2, 3.1});
+  torch::manual_seed(5);
+  const torch::Tensor Y = torch::randn({8, 24}, torch::kDouble);
+  EXPECT_LE(max_abs(twins::pair_procrustes(Q.mm(Y).mm(Y.t())) - Q), 1e-12);
+  // For any M no rotation of the subgroup does better, and the fit is in it.
+  const torch::Tensor M = torch::randn({8, 8}, torch::kDouble);
+  const torch::Tensor R = twins::pair_procrustes(M);
+  const double best = R.t().mm(M).trace().item<double>();
+  for (int k = 0; k < 200; ++k) {
+    const torch::Tensor a = torch::rand({4}, torch::kDouble) * (2 * M_PI);
+    const torch::Tensor S = pair_rotation(
+        std::vector<double>(a.data_ptr<double>(), a.data_ptr<double>() + 4));
+    EXPECT_LE(S.t().mm(M).trace().item<double>(), best + 1e-12);
+  }
+  EXPECT_LE(max_abs(R.t().mm(R) - torch::eye(8, torch::kDouble)), 1e-14);
+  const torch::Tensor off_pairs =
+      torch::kron(torch::eye(4, torch::kDouble),
+                  torch::ones({2, 2}, torch::kDouble)) == 0;
+  EXPECT_EQ(R.masked_select(off_pairs).abs().max().item<double>(), 0.0);
+  for (int64_t i = 0; i < 8; i += 2)
+    EXPECT_EQ(R[i][i].item<double>(), R[i + 1][i + 1].item<double>());
+  // Nothing to align: I exactly.
+  const torch::Tensor I = torch::eye(8, torch::kDouble);
+  EXPECT_TRUE(torch::equal(twins::pair_procrustes(torch::zeros({8, 8})), I));
+  EXPECT_TRUE(torch::equal(twins::pair_procrustes(Y.mm(Y.t())), I));
+  EXPECT_THROW(twins::pair_procrustes(torch::zeros({3, 3})), c10::Error);
+  torch::Tensor bad = I.clone();
+  bad[0][1] = std::nan("");
+  EXPECT_THROW(twins::pair_procrustes(bad), c10::Error);
+}
+
+// The mod-11 model of `a` in float64, a copy 2 of `kind` and what a merge
+// of that twin aligns.
+struct UntrainedTwin {
+  model::ModelConfig config;
+  data::ModularAddition task{11, 42, torch::kCPU};
+  model::Transformer m1{nullptr}, m2{nullptr};
+  twins::MergeGauge gauge;
+
+  UntrainedTwin(const Attention& a, TwinKind kind) {
+    config = testing_helpers::tiny_mod_config();
+    config.rope = a.rope;
+    config.kv_heads = a.kv_heads;
+    m1 = model::build(config, 42, torch::kDouble, torch::kCPU);
+    m2 = model::build(config, 42, torch::kDouble, torch::kCPU);
+    twins::apply_twin(m2, kind, 777, 0);
+    gauge.values = twins::acts_on_vo(kind);
+    gauge.twin = twins::gauge_draw(config, kind, 777);
+  }
+  // A copy of copy 2 with the fitted rotations applied.
+  model::Transformer aligned(const twins::Alignment& qk,
+                             const twins::Alignment* vo) const {
+    auto m = model::build(config, 0, torch::kDouble, torch::kCPU);
+    model::copy_parameters(m2, m);
+    if (vo != nullptr)
+      twins::apply_value_alignment(m, vo->rotation);
+    twins::apply_alignment(m, qk.rotation);
+    return m;
+  }
+};
+
+// Every gauge twin, under every attention option, aligns back onto copy 1:
+// one rotation per key/value head recovers the twin's own (A^T, B^T), the
+// aligned copy 2 is copy 1 to round-off and its path has no barrier.
+TEST(GaugeMerge, AnUntrainedTwinAlignsBackToCopy1UnderEveryOption) {
+  for (const Attention& a : kAttentions) {
+    for (TwinKind kind :
+         {TwinKind::kGauge, TwinKind::kGaugeVo, TwinKind::kGaugeAll}) {
+      SCOPED_TRACE(::testing::Message() << a.name << " " << to_string(kind));
+      UntrainedTwin t(a, kind);
+      const twins::MergePoint p =
+          twins::measure_merge(t.m1, t.m2, t.task, 0, t.gauge);
+      const int64_t kv = t.config.kv_head_count();
+      ASSERT_EQ(p.alignment.residual.size(), size_t(2 * kv));
+      EXPECT_LE(p.alignment.residual_max, 1e-13);
+      if (twins::acts_on_qk(kind)) {
+        EXPECT_LE(p.alignment.rotation_error_max, 1e-13);
+        EXPECT_GT(p.alignment.unaligned_residual_mean, 0.5);
+      }
+      ASSERT_EQ(p.values.has_value(), twins::acts_on_vo(kind));
+      if (p.values) {
+        EXPECT_EQ(p.values->residual.size(), size_t(2 * kv));
+        EXPECT_LE(p.values->residual_max, 1e-13);
+        EXPECT_LE(p.values->rotation_error_max, 1e-13);
+        EXPECT_GT(p.values->unaligned_residual_mean, 0.5);
+        EXPECT_LE(p.vo_drift_max, 1e-13);
+      }
+      EXPECT_EQ(p.unrestricted.has_value(), a.rope);
+      // The aligned path stays on copy 1's function; the naive midpoint
+      // (the average of W and its rotation) leaves it. The untrained mod-11
+      // model's loss is nearly flat along it: no barrier either way.
+      EXPECT_LE(p.aligned.barrier, 1e-13);
+      EXPECT_LE(std::abs(p.aligned.loss[5] - p.aligned.loss[0]), 1e-13);
+      EXPECT_GT(std::abs(p.naive.loss[5] - p.naive.loss[0]), 1e-9);
+      const auto aligned =
+          t.aligned(p.alignment, p.values ? &*p.values : nullptr);
+      const auto p1 = t.m1->named_parameters();
+      for (const auto& item : aligned->named_parameters()) {
+        EXPECT_LE(max_abs(item.value() - p1[item.key()]), 1e-13) << item.key();
+      }
+    }
+  }
+}
+
+// Under rotary positions only the pair rotations are a symmetry: the fit
+// restricted to them never changes copy 2's function; the unrestricted fit
+// does, and only it can undo gauge-full (which is not a symmetry).
+TEST(GaugeMerge, UnderRotaryPositionsOnlyTheCommutingFitKeepsTheFunction) {
+  for (int64_t kv : {int64_t(0), int64_t(2)}) {
+    UntrainedTwin t({"rope", true, kv}, TwinKind::kGaugeFull);
+    const twins::MergePoint p =
+        twins::measure_merge(t.m1, t.m2, t.task, 0, t.gauge);
+    ASSERT_TRUE(p.unrestricted.has_value());
+    EXPECT_GT(p.alignment.rotation_error_mean, 0.5);
+    EXPECT_GT(p.alignment.residual_mean, 0.1);
+    EXPECT_LE(p.unrestricted->alignment.rotation_error_max, 1e-13);
+    EXPECT_LE(p.unrestricted->alignment.residual_max, 1e-13);
+    // The unrestricted path ends at copy 1 itself: no barrier.
+    EXPECT_LE(p.unrestricted->path.barrier, 1e-13);
+    const torch::Tensor x = tokens_for(t.config);
+    torch::NoGradGuard no_grad;
+    const torch::Tensor y2 = t.m2->forward(x);
+    const double restricted = twins::relative_distance(
+        y2, t.aligned(p.alignment, nullptr)->forward(x));
+    const double unrestricted = twins::relative_distance(
+        y2, t.aligned(p.unrestricted->alignment, nullptr)->forward(x));
+    EXPECT_LE(restricted, 1e-13) << "kv " << kv;
+    EXPECT_GT(unrestricted, 1e-3) << "kv " << kv;
+  }
+}
+
+// Trained float64 pairs (20 steps) merged inside a group with LLaMA-style
+// attention (rotary positions, 2 key/value heads): SGD's twins align back
+// at round-off on both sides; Adam's keep a residual on each.
+TEST(GaugeMerge, TrainedTwinsMergeOnlyForAnEquivariantRule) {
+  for (const char* opt : {"sgd", "adam"}) {
+    SCOPED_TRACE(opt);
+    std::vector<twins::PairSpec> specs;
+    for (TwinKind kind : {TwinKind::kGaugeVo, TwinKind::kGaugeAll}) {
+      twins::PairSpec s = tiny_spec(opt, kind, 20, torch::kDouble);
+      s.rope = true;
+      s.kv_heads = 2;
+      s.lr = std::string(opt) == "sgd" ? 0.05 : 1e-3;
+      s.merge_at = {20};
+      specs.push_back(s);
+    }
+    const auto results = twins::run_group(specs);
+    for (const auto& r : results) {
+      SCOPED_TRACE(to_string(r.spec.twin));
+      ASSERT_EQ(r.merges.size(), 1u);
+      const twins::MergePoint& p = r.merges[0];
+      ASSERT_TRUE(p.values.has_value());
+      ASSERT_TRUE(p.unrestricted.has_value());
+      if (std::string(opt) == "sgd") {
+        EXPECT_LE(p.values->residual_max, 1e-12);
+        EXPECT_LE(p.values->rotation_error_max, 1e-10);
+        EXPECT_LE(p.alignment.residual_max, 1e-12);
+        EXPECT_LE(p.aligned.barrier, 1e-12);
+      } else {
+        EXPECT_GT(p.values->residual_mean, 1e-4);
+        EXPECT_GT(p.vo_drift_mean, 1e-4);
+      }
+      if (r.spec.twin == TwinKind::kGaugeAll && std::string(opt) == "sgd")
+        EXPECT_LE(p.alignment.rotation_error_max, 1e-10);
+      // The record reads back to itself, the new parts included.
+      const nlohmann::json j = twins::to_json(p);
+      EXPECT_TRUE(j.contains("vo"));
+      EXPECT_TRUE(j.contains("unrestricted"));
+      EXPECT_EQ(twins::to_json(twins::merge_point_from_json(
+                                   nlohmann::json::parse(j.dump())))
+                    .dump(),
+                j.dump());
+    }
+  }
+  // The paper's attention and QK twin: the merge record gains no field.
+  twins::PairSpec paper = tiny_spec("sgd", TwinKind::kGauge, 2, torch::kFloat);
+  paper.merge_at = {2};
+  const nlohmann::json j =
+      twins::to_json(twins::run_group({paper})[0].merges[0]);
+  EXPECT_FALSE(j.contains("vo"));
+  EXPECT_FALSE(j.contains("unrestricted"));
+  EXPECT_FALSE(j.contains("vo_drift_mean"));
 }
 
 }  // namespace

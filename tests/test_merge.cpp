@@ -157,7 +157,9 @@ TEST(Merge, UntrainedGaugeTwinAlignsBackToCopy1InFloat64) {
   // function, the aligned one stays on it. At initialisation the function
   // depends little on attention: the naive barrier measured 1.3e-3 (mod47,
   // init seed 42, gauge seed 777), against 1e-15 aligned.
-  const twins::MergePoint p = twins::measure_merge(t.m1, t.m2, t.task, 0, &A);
+  twins::MergeGauge g;
+  g.twin.qk = A;
+  const twins::MergePoint p = twins::measure_merge(t.m1, t.m2, t.task, 0, g);
   EXPECT_LE(p.aligned.barrier, 1e-12);
   EXPECT_GT(p.naive.barrier, 1e-4);
   EXPECT_LE(p.qk_drift_max, 1e-13);
@@ -269,9 +271,9 @@ TEST(Merge, PathEndsAreEachCopysOwnLossBitwise) {
 TEST(Merge, RecordRoundTripsWithNullForNonFinite) {
   TrainedPair t("adam", torch::kFloat, 5);
   const auto A = twins::twin_gauge(t.spec);
-  ASSERT_EQ(A.size(), 2u);
+  ASSERT_EQ(A.twin.qk.size(), 2u);
   const twins::MergePoint p =
-      twins::measure_merge(t.m(0), t.m(1), t.pair->task(), 5, &A);
+      twins::measure_merge(t.m(0), t.m(1), t.pair->task(), 5, A);
   EXPECT_EQ(p.alignment.rotation_error.size(), 8u);
   twins::MergePoint q = p;
   q.alignment.rotation_error.clear();
@@ -340,10 +342,10 @@ TEST(Snapshot, SavedPairReloadsBitwise) {
     // The same measurement from the saved pair as from the live one.
     const auto A = twins::twin_gauge(s.spec);
     EXPECT_EQ(
-        twins::to_json(twins::measure_merge(s.m1, s.m2, *s.task, s.step, &A))
+        twins::to_json(twins::measure_merge(s.m1, s.m2, *s.task, s.step, A))
             .dump(),
         twins::to_json(
-            twins::measure_merge(t.m(0), t.m(1), t.pair->task(), 5, &A))
+            twins::measure_merge(t.m(0), t.m(1), t.pair->task(), 5, A))
             .dump());
     fs::remove_all(dir);
   }
@@ -490,7 +492,7 @@ twins::MergePoint trained_mod47(const std::string& opt, int64_t steps) {
   const auto t1 = std::chrono::steady_clock::now();
   const auto A = twins::twin_gauge(s);
   twins::MergePoint p = twins::measure_merge(pair.reference(), pair.twin(0),
-                                             pair.task(), steps, &A);
+                                             pair.task(), steps, A);
   const auto t2 = std::chrono::steady_clock::now();
   std::cout << "mod47 float32 " << opt << " lr " << s.lr << " gauge, step "
             << steps << ": barrier naive " << p.naive.barrier << " aligned "

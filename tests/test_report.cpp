@@ -367,6 +367,36 @@ TEST(Layouts, RecordsOfAJobListAreFoundToBeItsLayoutWithoutTheTableName) {
   }
 }
 
+// The merge table of the paper's attention keeps its columns; the
+// value/output and unrestricted columns appear when a record measured them
+// (docs/protocol.md §9), "–" in the rows that did not.
+TEST(Layouts, MergeColumnsOfTheGaugesAppearOnlyWhenMeasured) {
+  const sweep::Table t = sweep::make_table("merge");
+  const report::Layout& layout = report::parse_layout("merge");
+  std::vector<PairResult> records = recorded(t.pairs);
+  const std::string plain =
+      report::to_markdown(report::aggregate(layout, records));
+  EXPECT_EQ(plain.find("VO residual"), std::string::npos);
+  EXPECT_EQ(plain.find("unrestricted"), std::string::npos);
+  twins::Alignment vo;
+  vo.residual_mean = 0.25;
+  vo.rotation_error_mean = std::nan("");
+  records[0].merges[0].values = vo;
+  records[0].merges[0].vo_drift_mean = 0.125;
+  twins::MergePoint::Unrestricted u;
+  u.path.barrier = 0.375;
+  records[1].merges[0].unrestricted = u;
+  const std::string gauges =
+      report::to_markdown(report::aggregate(layout, records));
+  for (const char* column :
+       {"VO residual (mean)", "VO drift (mean)", "VO rotation error (mean)",
+        "barrier unrestricted", "unrestricted residual (mean)"}) {
+    EXPECT_NE(gauges.find(column), std::string::npos) << column;
+  }
+  for (const char* value : {"| 0.25 |", "| 0.12", "| 0.38"})
+    EXPECT_NE(gauges.find(value), std::string::npos) << value << "\n" << gauges;
+}
+
 // In every layout the same records give the same Markdown and CSV in any
 // order, all of a job list's pairs count as recorded, and one missing pair
 // is named as such.

@@ -97,7 +97,8 @@ TEST(Tables, JobListsAreThePapersAndTheirKeysAreUnique) {
                                                {"zoo-modern", 44},
                                                {"gauges", 126},
                                                {"dial", 6},
-                                               {"merge", 9}};
+                                               {"merge", 9},
+                                               {"merge-gauges", 20}};
   for (const auto& name : sweep::table_names()) {
     const sweep::Table t = sweep::make_table(name);
     ASSERT_TRUE(sizes.count(name)) << name;

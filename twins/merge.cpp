@@ -25,13 +25,113 @@ bool symmetric_psd(const torch::Tensor& M) {
   return ev.min().item<double>() >= -tol;
 }
 
-// [W_Q,h | W_K,h] of one head: (hd, 2d) in float64 on the CPU.
-torch::Tensor stacked_head(const model::Transformer& model, int64_t layer,
-                           int64_t head) {
-  return torch::cat(
-             {model->query_block(layer, head), model->key_block(layer, head)},
-             1)
-      .to(torch::kCPU, torch::kDouble);
+// The query heads that share key/value head j: g of them, in order.
+std::vector<int64_t> query_heads_of(const model::ModelConfig& config,
+                                    int64_t j) {
+  const int64_t group = config.heads / config.kv_head_count();
+  std::vector<int64_t> heads;
+  for (int64_t h = j * group; h < (j + 1) * group; ++h)
+    heads.push_back(h);
+  return heads;
+}
+
+// [W_Q,h ... | W_K,j] of key head j: (hd, (g + 1) d) in float64 on the CPU.
+torch::Tensor stacked_qk(const model::Transformer& model, int64_t layer,
+                         int64_t j) {
+  std::vector<torch::Tensor> blocks;
+  for (int64_t h : query_heads_of(model->config(), j))
+    blocks.push_back(model->query_block(layer, h));
+  blocks.push_back(model->key_block(layer, j));
+  return torch::cat(blocks, 1).to(torch::kCPU, torch::kDouble);
+}
+
+// [W_V,j | W_O,h^T ...] of value head j: (hd, (g + 1) d), float64, CPU.
+torch::Tensor stacked_vo(const model::Transformer& model, int64_t layer,
+                         int64_t j) {
+  std::vector<torch::Tensor> blocks{model->value_block(layer, j)};
+  for (int64_t h : query_heads_of(model->config(), j))
+    blocks.push_back(model->output_block(layer, h).t());
+  return torch::cat(blocks, 1).to(torch::kCPU, torch::kDouble);
+}
+
+using Stack = torch::Tensor (*)(const model::Transformer&, int64_t, int64_t);
+using Fit = torch::Tensor (*)(const torch::Tensor&);
+
+// One side's alignment: per layer and key/value head, the stacked blocks
+// W^(1), W^(2), R = fit(W^(1) W^(2)T), the residuals and, given the twin's
+// matrices, the rotation errors.
+Alignment align_side(const model::Transformer& m1, const model::Transformer& m2,
+                     Stack stack, Fit fit, const HeadMatrices* gauge,
+                     const char* what) {
+  torch::NoGradGuard no_grad;
+  const auto& cfg = m1->config();
+  const auto& cfg2 = m2->config();
+  TORCH_CHECK(cfg.depth == cfg2.depth && cfg.heads == cfg2.heads &&
+                  cfg.d_model == cfg2.d_model &&
+                  cfg.kv_head_count() == cfg2.kv_head_count(),
+              what, ": the two models have different shapes");
+  const int64_t kv = cfg.kv_head_count();
+  if (gauge != nullptr) {
+    TORCH_CHECK(static_cast<int64_t>(gauge->size()) == cfg.depth, what, ": ",
+                gauge->size(), " layers of gauge matrices for depth ",
+                cfg.depth);
+  }
+  Alignment a;
+  std::vector<double> unaligned;
+  for (int64_t l = 0; l < cfg.depth; ++l) {
+    a.rotation.emplace_back();
+    if (gauge != nullptr) {
+      TORCH_CHECK(static_cast<int64_t>((*gauge)[l].size()) == kv, what, ": ",
+                  (*gauge)[l].size(), " gauge matrices for ", kv,
+                  " key/value heads");
+    }
+    for (int64_t j = 0; j < kv; ++j) {
+      const torch::Tensor w1 = stack(m1, l, j);  // (hd, (g + 1) d)
+      const torch::Tensor w2 = stack(m2, l, j);
+      const torch::Tensor R = fit(w1.mm(w2.t()));  // (hd, hd)
+      const double n1 = w1.norm().item<double>();
+      a.residual.push_back((w1 - R.mm(w2)).norm().item<double>() / n1);
+      unaligned.push_back((w1 - w2).norm().item<double>() / n1);
+      if (gauge != nullptr) {
+        const torch::Tensor A = (*gauge)[l][j].to(torch::kCPU, torch::kDouble);
+        a.rotation_error.push_back((R - A.t()).norm().item<double>());
+      }
+      a.rotation.back().push_back(R);
+    }
+  }
+  summarise(a.residual, &a.residual_mean, &a.residual_max);
+  summarise(unaligned, &a.unaligned_residual_mean, &a.unaligned_residual_max);
+  summarise(a.rotation_error, &a.rotation_error_mean, &a.rotation_error_max);
+  return a;
+}
+
+void check_rotations(const model::ModelConfig& cfg,
+                     const HeadMatrices& rotation, const char* what) {
+  TORCH_CHECK(static_cast<int64_t>(rotation.size()) == cfg.depth, what, ": ",
+              rotation.size(), " layers of rotations for depth ", cfg.depth);
+  for (const auto& layer : rotation) {
+    TORCH_CHECK(static_cast<int64_t>(layer.size()) == cfg.kv_head_count(), what,
+                ": ", layer.size(), " rotations for ", cfg.kv_head_count(),
+                " key/value heads");
+  }
+}
+
+// w <- R w (rotate_rows) or w <- w R^T (rotate_columns), computed in
+// float64 and cast back to w's dtype, in place.
+void rotate_rows(torch::Tensor w, const torch::Tensor& R) {
+  w.copy_(R.to(w.device(), torch::kDouble)
+              .mm(w.to(torch::kDouble))
+              .to(w.scalar_type()));
+}
+
+void rotate_columns(torch::Tensor w, const torch::Tensor& R) {
+  w.copy_(w.to(torch::kDouble)
+              .mm(R.to(w.device(), torch::kDouble).t())
+              .to(w.scalar_type()));
+}
+
+const HeadMatrices* side_or_null(const HeadMatrices& side) {
+  return side.empty() ? nullptr : &side;
 }
 
 // A fresh model of m's shape, dtype and device; its weights are overwritten
@@ -75,82 +175,85 @@ torch::Tensor procrustes(const torch::Tensor& M_in) {
   return R + U0.mm(Q).mm(V0.t());
 }
 
+torch::Tensor pair_procrustes(const torch::Tensor& M_in) {
+  TORCH_CHECK(
+      M_in.dim() == 2 && M_in.size(0) == M_in.size(1) && M_in.size(0) % 2 == 0,
+      "pair_procrustes: M must be square with an even side, got ",
+      M_in.sizes());
+  const torch::Tensor M = M_in.detach().to(torch::kCPU, torch::kDouble);
+  TORCH_CHECK(torch::isfinite(M).all().item<bool>(),
+              "pair_procrustes: M has non-finite entries");
+  const auto m = M.accessor<double, 2>();
+  torch::Tensor R = torch::zeros_like(M);
+  auto r = R.accessor<double, 2>();
+  for (int64_t i = 0; i + 1 < M.size(0); i += 2) {
+    // tr(R^T M) over the pair = cos t (M00 + M11) + sin t (M10 - M01).
+    const double t =
+        std::atan2(m[i + 1][i] - m[i][i + 1], m[i][i] + m[i + 1][i + 1]);
+    const double c = std::cos(t), s = std::sin(t);
+    r[i][i] = c;
+    r[i][i + 1] = -s;
+    r[i + 1][i] = s;
+    r[i + 1][i + 1] = c;
+  }
+  return R;
+}
+
 Alignment align_heads(const model::Transformer& m1,
-                      const model::Transformer& m2, const HeadMatrices* gauge) {
-  torch::NoGradGuard no_grad;
-  const auto& cfg = m1->config();
-  const auto& cfg2 = m2->config();
-  TORCH_CHECK(cfg.depth == cfg2.depth && cfg.heads == cfg2.heads &&
-                  cfg.d_model == cfg2.d_model,
-              "align_heads: the two models have different shapes");
-  if (gauge != nullptr) {
-    TORCH_CHECK(static_cast<int64_t>(gauge->size()) == cfg.depth,
-                "align_heads: ", gauge->size(),
-                " layers of gauge matrices for depth ", cfg.depth);
-  }
-  Alignment a;
-  std::vector<double> unaligned;
-  for (int64_t l = 0; l < cfg.depth; ++l) {
-    a.rotation.emplace_back();
-    if (gauge != nullptr) {
-      TORCH_CHECK(static_cast<int64_t>((*gauge)[l].size()) == cfg.heads,
-                  "align_heads: ", (*gauge)[l].size(), " gauge matrices for ",
-                  cfg.heads, " heads");
-    }
-    for (int64_t h = 0; h < cfg.heads; ++h) {
-      const torch::Tensor w1 = stacked_head(m1, l, h);  // (hd, 2d)
-      const torch::Tensor w2 = stacked_head(m2, l, h);
-      const torch::Tensor R = procrustes(w1.mm(w2.t()));  // (hd, hd)
-      const double n1 = w1.norm().item<double>();
-      a.residual.push_back((w1 - R.mm(w2)).norm().item<double>() / n1);
-      unaligned.push_back((w1 - w2).norm().item<double>() / n1);
-      if (gauge != nullptr) {
-        const torch::Tensor A = (*gauge)[l][h].to(torch::kCPU, torch::kDouble);
-        a.rotation_error.push_back((R - A.t()).norm().item<double>());
-      }
-      a.rotation.back().push_back(R);
-    }
-  }
-  summarise(a.residual, &a.residual_mean, &a.residual_max);
-  summarise(unaligned, &a.unaligned_residual_mean, &a.unaligned_residual_max);
-  summarise(a.rotation_error, &a.rotation_error_mean, &a.rotation_error_max);
-  return a;
+                      const model::Transformer& m2, const HeadMatrices* gauge,
+                      QkFit fit) {
+  return align_side(m1, m2, stacked_qk,
+                    fit == QkFit::kRopePairs ? pair_procrustes : procrustes,
+                    gauge, "align_heads");
+}
+
+Alignment align_values(const model::Transformer& m1,
+                       const model::Transformer& m2,
+                       const HeadMatrices* gauge) {
+  return align_side(m1, m2, stacked_vo, procrustes, gauge, "align_values");
 }
 
 void apply_alignment(model::Transformer& model, const HeadMatrices& rotation) {
   torch::NoGradGuard no_grad;
   const auto& cfg = model->config();
-  TORCH_CHECK(static_cast<int64_t>(rotation.size()) == cfg.depth,
-              "apply_alignment: ", rotation.size(), " layers of rotations for ",
-              "depth ", cfg.depth);
+  check_rotations(cfg, rotation, "apply_alignment");
   for (int64_t l = 0; l < cfg.depth; ++l) {
-    TORCH_CHECK(static_cast<int64_t>(rotation[l].size()) == cfg.heads,
-                "apply_alignment: ", rotation[l].size(), " rotations for ",
-                cfg.heads, " heads");
-    for (int64_t h = 0; h < cfg.heads; ++h) {
-      for (torch::Tensor w :
-           {model->query_block(l, h), model->key_block(l, h)}) {
-        const torch::Tensor R = rotation[l][h].to(w.device(), torch::kDouble);
-        w.copy_(R.mm(w.to(torch::kDouble)).to(w.scalar_type()));
-      }
+    for (int64_t j = 0; j < cfg.kv_head_count(); ++j) {
+      for (int64_t h : query_heads_of(cfg, j))
+        rotate_rows(model->query_block(l, h), rotation[l][j]);
+      rotate_rows(model->key_block(l, j), rotation[l][j]);
     }
   }
 }
 
-void check_mergeable(const PairSpec& spec) {
-  const bool gauge_ok = spec.twin == TwinKind::kGauge || !is_gauge(spec.twin);
-  TORCH_CHECK(gauge_ok && !spec.rope && spec.kv_head_count() == spec.heads,
-              "head merging is measured for the QK gauge of the paper's "
-              "attention; not yet for --twin ",
-              to_string(spec.twin), spec.rope ? " with --rope" : "",
-              spec.kv_head_count() != spec.heads ? " with --kv-heads" : "");
+void apply_value_alignment(model::Transformer& model,
+                           const HeadMatrices& rotation) {
+  torch::NoGradGuard no_grad;
+  const auto& cfg = model->config();
+  check_rotations(cfg, rotation, "apply_value_alignment");
+  for (int64_t l = 0; l < cfg.depth; ++l) {
+    for (int64_t j = 0; j < cfg.kv_head_count(); ++j) {
+      rotate_rows(model->value_block(l, j), rotation[l][j]);
+      for (int64_t h : query_heads_of(cfg, j))
+        rotate_columns(model->output_block(l, h), rotation[l][j]);
+    }
+  }
 }
 
-HeadMatrices twin_gauge(const PairSpec& spec) {
-  if (spec.twin != TwinKind::kGauge)
-    return {};
-  return gauge_matrices(spec.depth, spec.heads, spec.d_model / spec.heads,
-                        spec.twin_seed, draw_dtype(spec.protocol));
+MergeGauge twin_gauge(const PairSpec& spec) {
+  MergeGauge g;
+  g.values = acts_on_vo(spec.twin);
+  if (is_gauge(spec.twin)) {
+    model::ModelConfig shape;  // what gauge_draw reads of the model
+    shape.depth = spec.depth;
+    shape.d_model = spec.d_model;
+    shape.heads = spec.heads;
+    shape.kv_heads = spec.kv_heads;
+    shape.rope = spec.rope;
+    g.twin =
+        gauge_draw(shape, spec.twin, spec.twin_seed, draw_dtype(spec.protocol));
+  }
+  return g;
 }
 
 // ---------------------------------------------------------------------------
@@ -226,17 +329,36 @@ LossPath loss_path(model::Transformer& m1, model::Transformer& m2,
 
 MergePoint measure_merge(model::Transformer& m1, model::Transformer& m2,
                          const data::Task& task, int64_t step,
-                         const HeadMatrices* gauge) {
+                         const MergeGauge& gauge) {
+  const bool rope = m1->config().rope;
   MergePoint p;
   p.step = step;
   p.lambdas = merge_lambdas();
   p.naive = loss_path(m1, m2, task);
-  p.alignment = align_heads(m1, m2, gauge);
-  model::Transformer aligned = scratch_like(m2);
-  model::copy_parameters(m2, aligned);
-  apply_alignment(aligned, p.alignment.rotation);
-  p.aligned = loss_path(m1, aligned, task);
+  p.alignment = align_heads(m1, m2, side_or_null(gauge.twin.qk),
+                            rope ? QkFit::kRopePairs : QkFit::kOrthogonal);
+  if (gauge.values)
+    p.values = align_values(m1, m2, side_or_null(gauge.twin.vo));
+  // Copy 2 with its value/output side aligned (when it is), then the
+  // query/key side by `qk`: the path from copy 1 to it.
+  auto aligned_path = [&](const Alignment& qk) {
+    model::Transformer aligned = scratch_like(m2);
+    model::copy_parameters(m2, aligned);
+    if (p.values)
+      apply_value_alignment(aligned, p.values->rotation);
+    apply_alignment(aligned, qk.rotation);
+    return loss_path(m1, aligned, task);
+  };
+  p.aligned = aligned_path(p.alignment);
+  if (rope) {
+    MergePoint::Unrestricted u;
+    u.alignment = align_heads(m1, m2, side_or_null(gauge.twin.qk));
+    u.path = aligned_path(u.alignment);
+    p.unrestricted = std::move(u);
+  }
   summarise(qk_drift_per_head(m1, m2), &p.qk_drift_mean, &p.qk_drift_max);
+  if (p.values)
+    summarise(vo_drift_per_head(m1, m2), &p.vo_drift_mean, &p.vo_drift_max);
   return p;
 }
 

@@ -11,16 +11,18 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "data/task.h"
 #include "model/transformer.h"
+#include "twins/gauge.h"
 #include "twins/metrics.h"
 #include "twins/spec.h"
 
 namespace twins {
 
-// One hd x hd matrix per layer and head: [layer][head].
+// One hd x hd matrix per layer and key/value head: [layer][head].
 using HeadMatrices = std::vector<std::vector<torch::Tensor>>;
 
 // ---------------------------------------------------------------------------
@@ -40,44 +42,79 @@ using HeadMatrices = std::vector<std::vector<torch::Tensor>>;
 // U V^T with its round-off.
 torch::Tensor procrustes(const torch::Tensor& M);
 
-// The per-head alignment of copy 2 to copy 1.
+// The same maximum over the rotations that commute with rotary positions
+// (docs/protocol.md §2): R block-diagonal, pair (2i, 2i+1) turned by the
+// angle atan2(M_10 - M_01, M_00 + M_11) of M's 2 x 2 block on that pair
+// (float64, CPU). M square with an even side; a block with both terms 0
+// (M = 0, or two equal heads) gives that pair I exactly.
+torch::Tensor pair_procrustes(const torch::Tensor& M);
+
+// The group an alignment of the query/key side is fitted in.
+enum class QkFit {
+  kOrthogonal,  // all of O(hd): the gauge of the paper's attention
+  kRopePairs,   // SO(2)^(hd/2): the gauge under rotary positions
+};
+
+// The alignment of one side (query/key or value/output) of copy 2 to copy 1.
+// Its units are the key/value heads: under grouped-query attention one
+// rotation serves a key/value head and each of its query heads.
 struct Alignment {
-  HeadMatrices rotation;  // R_h (hd x hd, float64, CPU)
-  // ||W_h^(1) - R_h W_h^(2)||_F / ||W_h^(1)||_F per head (layer-major),
-  // W_h = [W_Q,h | W_K,h] (hd x 2d); and its mean / max over heads.
+  HeadMatrices rotation;  // R_j (hd x hd, float64, CPU)
+  // ||W_j^(1) - R_j W_j^(2)||_F / ||W_j^(1)||_F per key/value head
+  // (layer-major), W_j the side's stacked block of head j (align_heads,
+  // align_values); and its mean / max over heads.
   std::vector<double> residual;
   double residual_mean = 0;
   double residual_max = 0;
-  // The same with R_h = I: how far apart the heads were before alignment.
+  // The same with R_j = I: how far apart the heads were before alignment.
   double unaligned_residual_mean = 0;
   double unaligned_residual_max = 0;
-  // ||R_h - A_h^T||_F per head when the twin's A_h were given (empty
-  // otherwise), and its mean / max (NaN without A_h).
+  // ||R_j - A_j^T||_F per head when the twin's A_j were given (empty
+  // otherwise), and its mean / max (NaN without A_j).
   std::vector<double> rotation_error;
   double rotation_error_mean = 0;
   double rotation_error_max = 0;
 };
 
-// For every layer and head: M_h = W_h^(1) W_h^(2)T, R_h = procrustes(M_h).
-// `gauge`: the A_h that made copy 2 (gauge_matrices), or null.
+// The query/key side. For every layer and key head j: W_j = [W_Q,h ... |
+// W_K,j] (hd x (g + 1) d, the rows of its g query heads in order, then its
+// own), M_j = W_j^(1) W_j^(2)T and R_j = procrustes(M_j), or
+// pair_procrustes(M_j) under QkFit::kRopePairs. `gauge`: the A_j that made
+// copy 2, or null.
 Alignment align_heads(const model::Transformer& m1,
                       const model::Transformer& m2,
-                      const HeadMatrices* gauge = nullptr);
+                      const HeadMatrices* gauge = nullptr,
+                      QkFit fit = QkFit::kOrthogonal);
 
-// W_Q,h <- R_h W_Q,h and W_K,h <- R_h W_K,h for every layer and head, in
-// place (computed in float64, cast back); nothing else changes. Apply it to
-// a copy of model 2.
+// The value/output side. For every layer and value head j: W_j = [W_V,j |
+// W_O,h^T ...] (hd x (g + 1) d: its rows of W_V, then the transposed W_O
+// columns of each of its query heads), R_j = procrustes(W_j^(1) W_j^(2)T).
+// `gauge`: the B_j that made copy 2, or null.
+Alignment align_values(const model::Transformer& m1,
+                       const model::Transformer& m2,
+                       const HeadMatrices* gauge = nullptr);
+
+// W_K,j <- R_j W_K,j and W_Q,h <- R_j W_Q,h for each query head h of key
+// head j, every layer, in place (computed in float64, cast back); nothing
+// else changes. Apply it to a copy of model 2.
 void apply_alignment(model::Transformer& model, const HeadMatrices& rotation);
 
-// The A_h of a gauge twin of `spec` (gauge_matrices with its twin seed);
-// empty for identity and noise twins.
-HeadMatrices twin_gauge(const PairSpec& spec);
+// W_V,j <- R_j W_V,j and W_O,h <- W_O,h R_j^T for each query head h of
+// value head j, every layer, in place (float64, cast back).
+void apply_value_alignment(model::Transformer& model,
+                           const HeadMatrices& rotation);
 
-// Throws a one-line error unless head merging (§9) is measured for `spec`:
-// the QK gauge (or an identity or noise twin) of the paper's attention.
-// Merging under the VO gauge, grouped-query attention or rotary positions
-// is not built yet.
-void check_mergeable(const PairSpec& spec);
+// What a merge aligns for a pair, and the rotations that made its copy 2.
+struct MergeGauge {
+  bool values = false;  // align the value/output side too
+  GaugeDraw twin;       // the twin's own matrices; empty sides: none
+};
+
+// The merge of a pair of `spec`: the query/key side is always aligned, the
+// value/output side when the twin rotated it (gauge-vo, gauge-all), with the
+// twin's own gauge_draw for the rotation errors (empty for identity and
+// noise twins).
+MergeGauge twin_gauge(const PairSpec& spec);
 
 // ---------------------------------------------------------------------------
 // Interpolation and the loss barrier
@@ -116,18 +153,29 @@ struct MergePoint {
   int64_t step = 0;
   std::vector<double> lambdas;  // merge_lambdas()
   LossPath naive;               // copy 1 -> copy 2 as trained
-  LossPath aligned;             // copy 1 -> copy 2 after align_heads
-  Alignment alignment;          // R_h are not recorded, only their summary
-  double qk_drift_mean = 0;     // W_Q^T W_K drift (no rotation changes it)
+  LossPath aligned;             // copy 1 -> copy 2 after every alignment
+  Alignment alignment;  // query/key side; R_j are not recorded, only summary
+  std::optional<Alignment> values;  // value/output side, when aligned
+  double qk_drift_mean = 0;         // W_Q^T W_K drift (no rotation changes it)
   double qk_drift_max = 0;
+  double vo_drift_mean = 0;  // W_O W_V drift, with `values` only
+  double vo_drift_max = 0;
+  // Under rotary positions, the comparison: the query/key side fitted in all
+  // of O(hd) (not a symmetry there), the value/output side as in `aligned`.
+  struct Unrestricted {
+    LossPath path;
+    Alignment alignment;
+  };
+  std::optional<Unrestricted> unrestricted;
 };
 
-// Aligns a copy of m2 to m1, walks both paths and records the summary
-// (its record: twins/record.h). The
-// models are not modified. `gauge`: the twin's A_h, or null (then the
-// rotation errors are NaN).
+// Aligns a copy of m2 to m1 (the query/key side in the group the models'
+// attention keeps, the value/output side when `gauge.values`), walks both
+// paths and records the summary (its record: twins/record.h). The models
+// are not modified. Rotation errors are NaN for a side `gauge.twin` leaves
+// empty.
 MergePoint measure_merge(model::Transformer& m1, model::Transformer& m2,
                          const data::Task& task, int64_t step,
-                         const HeadMatrices* gauge = nullptr);
+                         const MergeGauge& gauge = {});
 
 }  // namespace twins

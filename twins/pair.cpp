@@ -53,8 +53,8 @@ class GroupRun {
       results_[i].torch_version = TORCH_VERSION;
       results_[i].numeric_env = numeric_env(specs[i].device);
       results_[i].group_pairs = static_cast<int>(specs.size());
-      // A gauge twin's merge is also compared with the rotation that made
-      // it (docs/protocol.md §9).
+      // What a twin's merge aligns, and the rotations that made it
+      // (docs/protocol.md §9).
       if (!merge_at_.empty())
         gauges_[i] = twin_gauge(specs[i]);
     }
@@ -160,9 +160,9 @@ class GroupRun {
       }
       results_[i].curve.push_back(point);
       if (merge) {
-        results_[i].merges.push_back(measure_merge(
-            group_.reference(), group_.twin(i), group_.task(), group_.done(),
-            gauges_[i].empty() ? nullptr : &gauges_[i]));
+        results_[i].merges.push_back(
+            measure_merge(group_.reference(), group_.twin(i), group_.task(),
+                          group_.done(), gauges_[i]));
       }
     }
   }
@@ -204,7 +204,7 @@ class GroupRun {
   GroupCheckpoint checkpoint_;
   Lockstep group_;
   std::vector<PairResult> results_;
-  std::vector<HeadMatrices> gauges_;
+  std::vector<MergeGauge> gauges_;
   const std::vector<int64_t> merge_at_;
   const int64_t steps_;
   const std::vector<int64_t> measurement_steps_;

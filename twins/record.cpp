@@ -128,49 +128,30 @@ LossPath path_from(const json& j, const std::string& name) {
   return out;
 }
 
-}  // namespace
-
-json to_json(const MergePoint& point) {
-  const Alignment& a = point.alignment;
-  return {{"step", point.step},
-          {"lambda", numbers(point.lambdas)},
-          {"naive", path_json(point.naive)},
-          {"aligned", path_json(point.aligned)},
-          {"residual_per_head", numbers(a.residual)},
-          {"residual_mean", num(a.residual_mean)},
-          {"residual_max", num(a.residual_max)},
-          {"unaligned_residual_mean", num(a.unaligned_residual_mean)},
-          {"unaligned_residual_max", num(a.unaligned_residual_max)},
-          {"rotation_error_per_head", numbers(a.rotation_error)},
-          {"rotation_error_mean", num(a.rotation_error_mean)},
-          {"rotation_error_max", num(a.rotation_error_max)},
-          {"qk_drift_mean", num(point.qk_drift_mean)},
-          {"qk_drift_max", num(point.qk_drift_max)}};
+// An alignment's summary, as fields of `j` (R_j are not recorded).
+void put_alignment(const Alignment& a, json& j) {
+  j["residual_per_head"] = numbers(a.residual);
+  j["residual_mean"] = num(a.residual_mean);
+  j["residual_max"] = num(a.residual_max);
+  j["unaligned_residual_mean"] = num(a.unaligned_residual_mean);
+  j["unaligned_residual_max"] = num(a.unaligned_residual_max);
+  j["rotation_error_per_head"] = numbers(a.rotation_error);
+  j["rotation_error_mean"] = num(a.rotation_error_mean);
+  j["rotation_error_max"] = num(a.rotation_error_max);
 }
 
-MergePoint merge_point_from_json(const json& j) {
+// `what`: the fields' prefix in an error ("merge", "merge.vo", ...).
+Alignment alignment_from(const json& j, const std::string& what) {
   auto get = [&](const char* name) -> const json& {
     return field(j, name, "merge record");
   };
   auto value = [&](const char* name) {
-    return real(get(name), std::string("merge.") + name);
+    return real(get(name), what + "." + name);
   };
   auto values = [&](const char* name) {
-    return numbers_from(get(name), std::string("merge.") + name);
+    return numbers_from(get(name), what + "." + name);
   };
-  MergePoint p;
-  p.step = integer(get("step"), "merge.step");
-  p.lambdas = values("lambda");
-  p.naive = path_from(j, "naive");
-  p.aligned = path_from(j, "aligned");
-  for (const LossPath* path : {&p.naive, &p.aligned}) {
-    TORCH_CHECK(path->loss.size() == p.lambdas.size() &&
-                    path->acc.size() == p.lambdas.size(),
-                "merge record: ", p.lambdas.size(), " lambdas but ",
-                path->loss.size(), " losses and ", path->acc.size(),
-                " accuracies");
-  }
-  Alignment& a = p.alignment;
+  Alignment a;
   a.residual = values("residual_per_head");
   a.residual_mean = value("residual_mean");
   a.residual_max = value("residual_max");
@@ -179,8 +160,68 @@ MergePoint merge_point_from_json(const json& j) {
   a.rotation_error = values("rotation_error_per_head");
   a.rotation_error_mean = value("rotation_error_mean");
   a.rotation_error_max = value("rotation_error_max");
+  return a;
+}
+
+}  // namespace
+
+// The value/output alignment ("vo") and the unrestricted comparison under
+// rotary positions ("unrestricted") are written only when measured, so the
+// records of the paper's attention keep their fields.
+json to_json(const MergePoint& point) {
+  json j = {{"step", point.step},
+            {"lambda", numbers(point.lambdas)},
+            {"naive", path_json(point.naive)},
+            {"aligned", path_json(point.aligned)}};
+  put_alignment(point.alignment, j);
+  j["qk_drift_mean"] = num(point.qk_drift_mean);
+  j["qk_drift_max"] = num(point.qk_drift_max);
+  if (point.values) {
+    json vo;
+    put_alignment(*point.values, vo);
+    j["vo"] = vo;
+    j["vo_drift_mean"] = num(point.vo_drift_mean);
+    j["vo_drift_max"] = num(point.vo_drift_max);
+  }
+  if (point.unrestricted) {
+    json u = {{"path", path_json(point.unrestricted->path)}};
+    put_alignment(point.unrestricted->alignment, u);
+    j["unrestricted"] = u;
+  }
+  return j;
+}
+
+MergePoint merge_point_from_json(const json& j) {
+  auto value = [&](const char* name) {
+    return real(field(j, name, "merge record"), std::string("merge.") + name);
+  };
+  MergePoint p;
+  p.step = integer(field(j, "step", "merge record"), "merge.step");
+  p.lambdas = numbers_from(field(j, "lambda", "merge record"), "merge.lambda");
+  p.naive = path_from(j, "naive");
+  p.aligned = path_from(j, "aligned");
+  std::vector<const LossPath*> paths = {&p.naive, &p.aligned};
+  p.alignment = alignment_from(j, "merge");
   p.qk_drift_mean = value("qk_drift_mean");
   p.qk_drift_max = value("qk_drift_max");
+  if (j.contains("vo")) {
+    p.values = alignment_from(j["vo"], "merge.vo");
+    p.vo_drift_mean = value("vo_drift_mean");
+    p.vo_drift_max = value("vo_drift_max");
+  }
+  if (j.contains("unrestricted")) {
+    const json& u = j["unrestricted"];
+    p.unrestricted = MergePoint::Unrestricted{
+        path_from(u, "path"), alignment_from(u, "merge.unrestricted")};
+    paths.push_back(&p.unrestricted->path);
+  }
+  for (const LossPath* path : paths) {
+    TORCH_CHECK(path->loss.size() == p.lambdas.size() &&
+                    path->acc.size() == p.lambdas.size(),
+                "merge record: ", p.lambdas.size(), " lambdas but ",
+                path->loss.size(), " losses and ", path->acc.size(),
+                " accuracies");
+  }
   return p;
 }
 

@@ -265,10 +265,8 @@ PairResult measure_saved(SavedPair& pair) {
   r.val_acc = c.val_acc;
   r.val_loss = c.val_loss;
   r.train_loss = c.train_loss;
-  check_mergeable(r.spec);
-  const HeadMatrices gauge = twin_gauge(pair.spec);
   r.merges.push_back(measure_merge(pair.m1, pair.m2, *pair.task, pair.step,
-                                   gauge.empty() ? nullptr : &gauge));
+                                   twin_gauge(pair.spec)));
   return r;
 }
 
