@@ -434,18 +434,21 @@ std::vector<BenchRow> run_bench(const BenchOptions& options,
 
 std::string format_bench_table(const std::vector<BenchRow>& rows) {
   const std::vector<EagerSetting> settings = eager_settings();
+  size_t name_width = 15;  // the longest row name, at least the paper's
+  for (const auto& r : rows)
+    name_width = std::max(name_width, r.name.size());
   std::string out =
-      fmt::format("{:<15} {:<22} {:>11} {:>9} {:>9} {:>7}", "row", "threads",
-                  "s/pair-step", "GFLOP/s", "roof", "% roof");
+      fmt::format("{:<{}} {:<22} {:>11} {:>9} {:>9} {:>7}", "row", name_width,
+                  "threads", "s/pair-step", "GFLOP/s", "roof", "% roof");
   for (const auto& e : settings) {
     out += fmt::format(" {:>10}", "eager " + e.name());
   }
   out += fmt::format(" {:>8}\n", "speedup");
   for (const auto& r : rows) {
-    out +=
-        fmt::format("{:<15} {:<22} {:>11.4f} {:>9.1f} {:>9.1f} {:>6.0f}%",
-                    r.name, r.threads.name(), r.s_per_pair_step, r.model_gflops,
-                    r.roof_gflops, 100 * r.model_gflops / r.roof_gflops);
+    out += fmt::format("{:<{}} {:<22} {:>11.4f} {:>9.1f} {:>9.1f} {:>6.0f}%",
+                       r.name, name_width, r.threads.name(), r.s_per_pair_step,
+                       r.model_gflops, r.roof_gflops,
+                       100 * r.model_gflops / r.roof_gflops);
     for (size_t i = 0; i < settings.size(); ++i) {
       out += i < r.eager_s.size() ? fmt::format(" {:>10.4f}", r.eager_s[i])
                                   : fmt::format(" {:>10}", "-");

@@ -161,6 +161,34 @@ TEST(BenchCommand, QuickRunWritesRowsWithPositiveFigures) {
   fs::remove_all(dir);
 }
 
+// A row name longer than the column (mod47-f32-rope-gqa) widens it: every
+// line's columns start where the header's do.
+TEST(BenchTable, ColumnsLineUpWhateverTheRowNames) {
+  bench::BenchRow a;
+  a.name = "mod47-f32";
+  a.s_per_pair_step = 0.0222;
+  a.model_gflops = 10;
+  a.roof_gflops = 20;
+  bench::BenchRow b = a;
+  b.name = "mod47-f32-rope-gqa-and-longer";
+  b.threads.concurrent = true;
+  const std::string table = bench::format_bench_table({a, b});
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t end; (end = table.find('\n', start)) != std::string::npos;
+       start = end + 1)
+    lines.push_back(table.substr(start, end - start));
+  ASSERT_GE(lines.size(), 3u);
+  const size_t threads = lines[0].find("threads");
+  const size_t step = lines[0].find("s/pair-step") + 11;  // right-aligned
+  EXPECT_GT(threads, b.name.size());
+  for (int i : {1, 2}) {
+    const bench::BenchRow& r = i == 1 ? a : b;
+    EXPECT_EQ(lines[i].find(r.threads.name()), threads) << lines[i];
+    EXPECT_EQ(lines[i].find("0.0222") + 6, step) << lines[i];
+  }
+}
+
 TEST(BenchCommand, UnknownRowIsAOneLineErrorNamingTheKnownRows) {
   const fs::path dir = fs::temp_directory_path() /
                        ("twins-bench-bad-" + std::to_string(::getpid()));
