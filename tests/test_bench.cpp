@@ -137,14 +137,15 @@ TEST(BenchCommand, QuickRunWritesRowsWithPositiveFigures) {
   fs::create_directories(dir);
   const std::string out = (dir / "bench.json").string();
   const std::string cmd = std::string("'") + TWIN_RUN_PATH +
-                          "' bench --quick --rows mod47-f32-seq1,mod47-f32 "
+                          "' bench --quick --rows "
+                          "mod47-f32-seq1,mod47-f32,mod47-f32-rope-gqa "
                           "--out '" +
                           out + "' > '" + (dir / "log").string() + "' 2>&1";
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   std::ifstream f(out);
   const auto j = nlohmann::json::parse(f);
-  ASSERT_EQ(j["rows"].size(), 2u);
+  ASSERT_EQ(j["rows"].size(), 3u);
   for (const auto& r : j["rows"]) {
     // twin-run keeps freed memory (twins::keep_freed_memory): far fewer
     // faults than glibc's defaults make (BenchFaults above).
@@ -155,7 +156,12 @@ TEST(BenchCommand, QuickRunWritesRowsWithPositiveFigures) {
     EXPECT_EQ(r["task"], "mod47");
   }
   for (const auto& r : j["rows"]) {  // in the benchmark's own row order
-    EXPECT_EQ(r["concurrent_copies"], r["row"] == "mod47-f32") << r["row"];
+    EXPECT_EQ(r["concurrent_copies"], r["row"] != "mod47-f32-seq1") << r["row"];
+    // The LLaMA-style row: rotary positions, 2 key/value heads for 4.
+    const bool llama = r["row"] == "mod47-f32-rope-gqa";
+    EXPECT_EQ(r["model"]["rope"], llama) << r["row"];
+    EXPECT_EQ(r["model"]["kv_heads"], llama ? 2 : 4) << r["row"];
+    EXPECT_EQ(r["model"]["heads"], 4) << r["row"];
   }
   EXPECT_FALSE(fs::exists(out + ".tmp"));
   fs::remove_all(dir);
