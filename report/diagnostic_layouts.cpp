@@ -296,7 +296,12 @@ std::optional<Section> merge_section(const Records& all) {
       "Rotation error: ||R_h - A_h^T||_F, the fitted rotation against the "
       "inverse of the gauge twin's own A_h (gauge twins only). "
       "docs/protocol.md §9.");
-  if (columns.size() > std::size(kMergeColumns)) {
+  const bool gauges =
+      columns.size() > std::size(kMergeColumns) ||
+      std::any_of(all.begin(), all.end(), [](const PairResult& r) {
+        return r.spec.rope || r.spec.kv_head_count() != r.spec.heads;
+      });
+  if (gauges) {
     s.notes.push_back(
         "Under grouped-query attention one R per key/value head, fitted on "
         "its rows of W_K and those of its query heads. VO: the value/output "

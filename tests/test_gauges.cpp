@@ -4,8 +4,10 @@
 // unrestricted rotation under rotary positions does not, and equivariant
 // rules keep every twin at round-off while Adam splits them.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "data/modular.h"
 #include "helpers.h"
@@ -15,11 +17,13 @@
 #include "sweep/plan.h"
 #include "sweep/tables.h"
 #include "twins/gauge.h"
+#include "twins/lockstep.h"
 #include "twins/merge.h"
 #include "twins/metrics.h"
 #include "twins/pair.h"
 #include "twins/record.h"
 #include "twins/result.h"
+#include "twins/snapshot.h"
 
 namespace {
 
@@ -404,8 +408,9 @@ TEST(GaugeMerge, PairProcrustesIsTheBestRotationOfEachPair) {
   EXPECT_THROW(twins::pair_procrustes(bad), c10::Error);
 }
 
-// The mod-11 model of `a` in float64, a copy 2 of `kind` and what a merge
-// of that twin aligns.
+// The mod-11 model of `a` in float64, a copy 2 of `kind` made as a pair
+// makes it, and what a merge of that pair aligns (twin_gauge of its spec:
+// it must draw what made copy 2).
 struct UntrainedTwin {
   model::ModelConfig config;
   data::ModularAddition task{11, 42, torch::kCPU};
@@ -413,14 +418,17 @@ struct UntrainedTwin {
   twins::MergeGauge gauge;
 
   UntrainedTwin(const Attention& a, TwinKind kind) {
+    twins::PairSpec spec = tiny_spec("sgd", kind, 1, torch::kDouble);
+    spec.rope = a.rope;
+    spec.kv_heads = a.kv_heads;
     config = testing_helpers::tiny_mod_config();
     config.rope = a.rope;
     config.kv_heads = a.kv_heads;
     m1 = model::build(config, 42, torch::kDouble, torch::kCPU);
     m2 = model::build(config, 42, torch::kDouble, torch::kCPU);
-    twins::apply_twin(m2, kind, 777, 0);
-    gauge.values = twins::acts_on_vo(kind);
-    gauge.twin = twins::gauge_draw(config, kind, 777);
+    twins::apply_twin(m2, kind, spec.twin_seed, 0,
+                      twins::draw_dtype(spec.protocol));
+    gauge = twins::twin_gauge(spec);
   }
   // A copy of copy 2 with the fitted rotations applied.
   model::Transformer aligned(const twins::Alignment& qk,
@@ -501,6 +509,10 @@ TEST(GaugeMerge, UnderRotaryPositionsOnlyTheCommutingFitKeepsTheFunction) {
         y2, t.aligned(p.unrestricted->alignment, nullptr)->forward(x));
     EXPECT_LE(restricted, 1e-13) << "kv " << kv;
     EXPECT_GT(unrestricted, 1e-3) << "kv " << kv;
+    // twin_gauge drew the unrestricted rotation: entries across pairs.
+    const torch::Tensor& A = t.gauge.twin.qk[0][0];
+    EXPECT_GT(A.index({0, 2}).abs().item<double>(), 0.0);
+    EXPECT_FALSE(t.gauge.values);
   }
 }
 
@@ -555,6 +567,36 @@ TEST(GaugeMerge, TrainedTwinsMergeOnlyForAnEquivariantRule) {
   EXPECT_FALSE(j.contains("vo"));
   EXPECT_FALSE(j.contains("unrestricted"));
   EXPECT_FALSE(j.contains("vo_drift_mean"));
+}
+
+// A saved VO pair measured by `merge --models`: the same merge as the live
+// pair's, and a record whose VO fields are filled like a trained pair's.
+TEST(GaugeMerge, ASavedValueOutputPairIsMeasuredLikeTheLiveOne) {
+  twins::PairSpec s = tiny_spec("sgd", TwinKind::kGaugeAll, 3, torch::kDouble);
+  s.rope = true;
+  s.kv_heads = 2;
+  s.lr = 0.05;
+  twins::Lockstep pair({s});
+  pair.train_to(3);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("twins-test-gauge-merge-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  twins::save_pair(dir.string(), s, 3, pair.reference(), pair.twin(0));
+  twins::SavedPair saved = twins::load_pair(dir.string());
+  const twins::PairResult r = twins::measure_saved(saved);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(r.merges.size(), 1u);
+  EXPECT_EQ(
+      twins::to_json(r.merges[0]).dump(),
+      twins::to_json(twins::measure_merge(pair.reference(), pair.twin(0),
+                                          pair.task(), 3, twins::twin_gauge(s)))
+          .dump());
+  EXPECT_EQ(r.vo_per_head.size(), 2u * 4u);
+  EXPECT_LE(r.curve[0].vo_drift_max, 1e-13);
+  const nlohmann::json j = twins::to_json(r);
+  EXPECT_EQ(j["vo_drift_per_head"].size(), 8u);
+  EXPECT_TRUE(j["curve"][0]["vo_drift_mean"].is_number());
 }
 
 }  // namespace

@@ -258,10 +258,13 @@ PairResult measure_saved(SavedPair& pair) {
   // Train losses are unknown (NaN): the copies were saved, not trained here.
   const Evaluation e1 = evaluate(pair.m1, *pair.task);
   const Evaluation e2 = evaluate(pair.m2, *pair.task);
-  CurvePoint c = compare(e1, pair.m1, e2, pair.m2, pair.step);
+  const bool vo = acts_on_vo(r.spec.twin);
+  CurvePoint c = compare(e1, pair.m1, e2, pair.m2, pair.step, vo);
   c.train_loss = {std::nan(""), std::nan("")};
   r.curve.push_back(c);
   r.qk_per_head = qk_drift_per_head(pair.m1, pair.m2);
+  if (vo)
+    r.vo_per_head = vo_drift_per_head(pair.m1, pair.m2);
   r.val_acc = c.val_acc;
   r.val_loss = c.val_loss;
   r.train_loss = c.train_loss;
