@@ -2,12 +2,15 @@
 # The twins module as `cmake --install BUILD --component python` installs
 # it (without the build tree's RPATH), staged under a temporary DESTDIR and
 # imported from there by PYTHON: it must load its libtorch_python and run a
-# verdict. Usage: installed_module.sh BUILD PYTHON INSTALL_DIR
+# verdict. --prefix INSTALL_DIR: a build that `pip install -Cbuild-dir=BUILD`
+# configured (scripts/package-check.sh) installs relative to the prefix, a
+# plain one to INSTALL_DIR itself; both land in INSTALL_DIR/twins.
+# Usage: installed_module.sh BUILD PYTHON INSTALL_DIR
 set -eu
 build=$1 python=$2 dir=$3
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-DESTDIR=$stage cmake --install "$build" --component python >/dev/null
+DESTDIR=$stage cmake --install "$build" --component python --prefix "$dir" >/dev/null
 test -n "$(ls "$stage$dir"/twins/_core*.so)"
 cd "$stage"
 PYTHONPATH=$stage$dir "$python" -c '
