@@ -27,6 +27,8 @@ struct ModelConfig {
 
   int64_t head_dim() const { return d_model / heads; }
   int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  // Query heads per key/value head: head h reads key/value head h / group().
+  int64_t group() const { return heads / kv_head_count(); }
   // Whether the key/value heads are fewer than the query heads.
   bool grouped() const { return kv_head_count() != heads; }
   // Throws (TORCH_CHECK) naming the offending value when the shape is

@@ -8,8 +8,6 @@ namespace twins {
 
 namespace {
 
-using Matrices = std::vector<std::vector<torch::Tensor>>;
-
 // A_h: the Q of a Gaussian's QR decomposition, in `draw`.
 torch::Tensor orthogonal(at::Generator& gen, int64_t hd, torch::Dtype draw) {
   torch::Tensor g = torch::randn({hd, hd}, gen, torch::TensorOptions(draw));
@@ -34,8 +32,8 @@ torch::Tensor pair_rotation(at::Generator& gen, int64_t hd, torch::Dtype draw) {
 }
 
 template <typename Draw>
-Matrices per_head(int64_t depth, int64_t heads, Draw one) {
-  Matrices out(depth);
+HeadMatrices per_head(int64_t depth, int64_t heads, Draw one) {
+  HeadMatrices out(depth);
   for (int64_t l = 0; l < depth; ++l) {
     for (int64_t h = 0; h < heads; ++h)
       out[l].push_back(one());
@@ -48,8 +46,10 @@ torch::Tensor like(const torch::Tensor& m, const torch::Tensor& w) {
   return m.to(w.device(), w.scalar_type());
 }
 
-void check_shape(const Matrices& m, const model::ModelConfig& config,
-                 const char* what) {
+}  // namespace
+
+void check_head_matrices(const HeadMatrices& m,
+                         const model::ModelConfig& config, const char* what) {
   TORCH_CHECK(static_cast<int64_t>(m.size()) == config.depth, what, ": ",
               m.size(), " layers of matrices for depth ", config.depth);
   for (const auto& layer : m) {
@@ -59,10 +59,8 @@ void check_shape(const Matrices& m, const model::ModelConfig& config,
   }
 }
 
-}  // namespace
-
-Matrices gauge_matrices(int64_t depth, int64_t heads, int64_t head_dim,
-                        uint64_t seed, torch::Dtype draw) {
+HeadMatrices gauge_matrices(int64_t depth, int64_t heads, int64_t head_dim,
+                            uint64_t seed, torch::Dtype draw) {
   auto gen = at::detail::createCPUGenerator(seed);
   return per_head(depth, heads,
                   [&] { return orthogonal(gen, head_dim, draw); });
@@ -88,11 +86,11 @@ GaugeDraw gauge_draw(const model::ModelConfig& config, TwinKind kind,
   return out;
 }
 
-void rotate_heads(model::Transformer& model, const Matrices& A) {
+void rotate_heads(model::Transformer& model, const HeadMatrices& A) {
   torch::NoGradGuard no_grad;
   const auto& config = model->config();
-  check_shape(A, config, "rotate_heads");
-  const int64_t group = config.heads / config.kv_head_count();
+  check_head_matrices(A, config, "rotate_heads");
+  const int64_t group = config.group();
   for (int64_t l = 0; l < config.depth; ++l) {
     for (int64_t h = 0; h < config.heads; ++h) {
       torch::Tensor q = model->query_block(l, h);  // (hd, d) view
@@ -105,11 +103,11 @@ void rotate_heads(model::Transformer& model, const Matrices& A) {
   }
 }
 
-void rotate_values(model::Transformer& model, const Matrices& B) {
+void rotate_values(model::Transformer& model, const HeadMatrices& B) {
   torch::NoGradGuard no_grad;
   const auto& config = model->config();
-  check_shape(B, config, "rotate_values");
-  const int64_t group = config.heads / config.kv_head_count();
+  check_head_matrices(B, config, "rotate_values");
+  const int64_t group = config.group();
   for (int64_t l = 0; l < config.depth; ++l) {
     for (int64_t j = 0; j < config.kv_head_count(); ++j) {
       torch::Tensor v = model->value_block(l, j);  // (hd, d) view
@@ -142,11 +140,11 @@ void apply_twin(model::Transformer& model, TwinKind kind, uint64_t seed,
   const auto& config = model->config();
   switch (kind) {
     case TwinKind::kIdentity:
-      rotate_heads(
-          model, Matrices(config.depth,
-                          std::vector<torch::Tensor>(
-                              config.kv_head_count(),
-                              torch::eye(config.head_dim(), torch::kDouble))));
+      rotate_heads(model,
+                   HeadMatrices(config.depth, std::vector<torch::Tensor>(
+                                                  config.kv_head_count(),
+                                                  torch::eye(config.head_dim(),
+                                                             torch::kDouble))));
       return;
     case TwinKind::kNoise:
       add_qk_noise(model, seed, noise_scale, draw);

@@ -28,7 +28,7 @@ bool symmetric_psd(const torch::Tensor& M) {
 // The query heads that share key/value head j: g of them, in order.
 std::vector<int64_t> query_heads_of(const model::ModelConfig& config,
                                     int64_t j) {
-  const int64_t group = config.heads / config.kv_head_count();
+  const int64_t group = config.group();
   std::vector<int64_t> heads;
   for (int64_t h = j * group; h < (j + 1) * group; ++h)
     heads.push_back(h);
@@ -71,20 +71,12 @@ Alignment align_side(const model::Transformer& m1, const model::Transformer& m2,
                   cfg.kv_head_count() == cfg2.kv_head_count(),
               what, ": the two models have different shapes");
   const int64_t kv = cfg.kv_head_count();
-  if (gauge != nullptr) {
-    TORCH_CHECK(static_cast<int64_t>(gauge->size()) == cfg.depth, what, ": ",
-                gauge->size(), " layers of gauge matrices for depth ",
-                cfg.depth);
-  }
+  if (gauge != nullptr)
+    check_head_matrices(*gauge, cfg, what);
   Alignment a;
   std::vector<double> unaligned;
   for (int64_t l = 0; l < cfg.depth; ++l) {
     a.rotation.emplace_back();
-    if (gauge != nullptr) {
-      TORCH_CHECK(static_cast<int64_t>((*gauge)[l].size()) == kv, what, ": ",
-                  (*gauge)[l].size(), " gauge matrices for ", kv,
-                  " key/value heads");
-    }
     for (int64_t j = 0; j < kv; ++j) {
       const torch::Tensor w1 = stack(m1, l, j);  // (hd, (g + 1) d)
       const torch::Tensor w2 = stack(m2, l, j);
@@ -103,17 +95,6 @@ Alignment align_side(const model::Transformer& m1, const model::Transformer& m2,
   summarise(unaligned, &a.unaligned_residual_mean, &a.unaligned_residual_max);
   summarise(a.rotation_error, &a.rotation_error_mean, &a.rotation_error_max);
   return a;
-}
-
-void check_rotations(const model::ModelConfig& cfg,
-                     const HeadMatrices& rotation, const char* what) {
-  TORCH_CHECK(static_cast<int64_t>(rotation.size()) == cfg.depth, what, ": ",
-              rotation.size(), " layers of rotations for depth ", cfg.depth);
-  for (const auto& layer : rotation) {
-    TORCH_CHECK(static_cast<int64_t>(layer.size()) == cfg.kv_head_count(), what,
-                ": ", layer.size(), " rotations for ", cfg.kv_head_count(),
-                " key/value heads");
-  }
 }
 
 // w <- R w (rotate_rows) or w <- w R^T (rotate_columns), computed in
@@ -216,7 +197,7 @@ Alignment align_values(const model::Transformer& m1,
 void apply_alignment(model::Transformer& model, const HeadMatrices& rotation) {
   torch::NoGradGuard no_grad;
   const auto& cfg = model->config();
-  check_rotations(cfg, rotation, "apply_alignment");
+  check_head_matrices(rotation, cfg, "apply_alignment");
   for (int64_t l = 0; l < cfg.depth; ++l) {
     for (int64_t j = 0; j < cfg.kv_head_count(); ++j) {
       for (int64_t h : query_heads_of(cfg, j))
@@ -230,7 +211,7 @@ void apply_value_alignment(model::Transformer& model,
                            const HeadMatrices& rotation) {
   torch::NoGradGuard no_grad;
   const auto& cfg = model->config();
-  check_rotations(cfg, rotation, "apply_value_alignment");
+  check_head_matrices(rotation, cfg, "apply_value_alignment");
   for (int64_t l = 0; l < cfg.depth; ++l) {
     for (int64_t j = 0; j < cfg.kv_head_count(); ++j) {
       rotate_rows(model->value_block(l, j), rotation[l][j]);

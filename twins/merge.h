@@ -22,9 +22,6 @@
 
 namespace twins {
 
-// One hd x hd matrix per layer and key/value head: [layer][head].
-using HeadMatrices = std::vector<std::vector<torch::Tensor>>;
-
 // ---------------------------------------------------------------------------
 // Alignment
 
