@@ -191,8 +191,9 @@ void add_pair_list_flags(CLI::App& app, sweep::CommandRequest& r,
             "identity (A_h = I, must stay exactly 0), noise (W_Q, W_K + "
             "scale N(0,1)), gauge-vo (orthogonal B_h on W_V rows and W_O "
             "columns), gauge-all (both gauges), gauge-full (--rope only: the "
-            "unrestricted A_h, not a symmetry). Default gauge when --opt is "
-            "given");
+            "unrestricted A_h, not a symmetry), roundtrip (gauge-all's "
+            "rotations applied and undone: only their rounding, the "
+            "verdict's yardstick). Default gauge when --opt is given");
   add_seeds(app, "--init-seed", p.init_seeds,
             "Seeds of the base model's initialisation (torch::manual_seed "
             "before the build), comma-separated")

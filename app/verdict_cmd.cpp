@@ -13,9 +13,10 @@ namespace app {
 CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& flags) {
   CLI::App* cmd = parent.add_subcommand(
       "verdict",
-      "Judge optimizers: per optimizer the gauge, identity, noise 1e-7 and "
-      "noise 1e-5 twins, and one line: equivariant, basis-dependent or "
-      "invalid (nondeterministic)");
+      "Judge optimizers: per optimizer the gauge, identity, round-trip, "
+      "noise 1e-7 and noise 1e-5 twins, and one line: equivariant, "
+      "basis-dependent, did not move, unresolved, undetermined or invalid "
+      "(nondeterministic), with what decided it (docs/protocol.md §10)");
   sweep::PlanRequest& p = flags.request.plan;
   add_names(*cmd, "--opt", p.opts,
             "Optimizers to judge, comma-separated (see --list-optimizers; "
@@ -33,7 +34,7 @@ CLI::App* setup_verdict(CLI::App& parent, VerdictFlags& flags) {
             "a symmetry) [default: gauge]");
   cmd->add_option_function<uint64_t>(
          "--init-seed", [&p](uint64_t seed) { p.init_seeds = {seed}; },
-         "Seed of the base model shared by the four pairs")
+         "Seed of the base model shared by the five pairs")
       ->default_str(std::to_string(p.init_seeds.front()))
       ->check(seed_number());
   add_engine_flags(*cmd, flags.request,

@@ -164,6 +164,10 @@ const char* class_name(report::VerdictClass v) {
       return "undetermined";
     case report::VerdictClass::kFailed:
       return "failed";
+    case report::VerdictClass::kDidNotMove:
+      return "did not move";
+    case report::VerdictClass::kUnresolved:
+      return "unresolved";
   }
   return "?";
 }
@@ -178,7 +182,19 @@ py::dict verdict_dict(const report::Verdict& v) {
   d["predicted"] = optim::to_string(predicted);
   d["as_predicted"] = report::as_predicted(v, predicted);
   d["identity_max"] = v.identity_max;
+  d["moved_at"] = v.moved_at;
   d["onset_step"] = v.onset_step;
+  d["separation"] = v.separation;
+  d["separation_step"] = v.separation_step;
+  d["gauge_at"] = v.gauge_at;
+  d["roundtrip_at"] = v.roundtrip_at;
+  d["roundtrip_onset"] = v.roundtrip_onset;
+  d["commutation_measured"] = v.commutation_measured;
+  d["commutation_ratio"] = v.commutation_ratio;
+  d["commutation_step"] = v.commutation_step;
+  d["commutation_gauge"] = v.commutation_gauge;
+  d["commutation_roundtrip"] = v.commutation_roundtrip;
+  d["roundtrip_final"] = v.roundtrip_final;
   d["gauge_onset"] = v.gauge_onset;
   d["noise_onset"] = v.noise_onset;
   d["onset_ratio"] = v.onset_ratio;

@@ -108,7 +108,7 @@ std::map<std::string, RuleRecords> judge_rules(const Records& all) {
     RuleRecords& rule = out[opt];
     for (double lr : lrs) {
       const auto& records = sets[{opt, lr}];
-      if (records.size() == 4)
+      if (records.size() == 5)
         rule.rates.push_back(judge_rate(records));
       else
         rule.pending += records.size();
@@ -120,80 +120,32 @@ std::map<std::string, RuleRecords> judge_rules(const Records& all) {
 // What the bridge says of a Python rule that raised when it was built.
 const std::string kRejected = "rejected its arguments or parameters: ";
 
-// A 1e-7 noise twin whose drift grows this much in one step: the rule
-// amplifies any perturbation.
-constexpr double kAmplified = 100;
-
-// gauge / noise 1e-5 at a checkpoint; NaN where either has none.
-double ratio_at(const Judged& judged, int64_t step) {
-  return twins::drift_at(*judged.gauge, step) /
-         twins::drift_at(*judged.onset, step);
-}
-
-// What the records measure of a rule whose verdict is not its prediction,
-// from its twins' drift at steps 1 to 10 (the verdict's window) and the
-// last (docs/results.md, "The census"):
-//  - "it does not move the parameters through step 10": nothing to judge
-//    in the window (a rule that first fills a queue of gradients);
-//  - "any perturbation splits it": the 1e-7 noise twin's drift grows at
-//    least 100x from step 0 to step 1 — the rule amplifies a perturbation
-//    of any size (a sign, an eigenbasis), and the 1e-5 yardstick measures
-//    that, not the basis;
-//  - "weak": the gauge twin at least 10x the 1e-7 twin within the window
-//    (a real basis dependence, under 10x the 1e-5 twin there);
-//  - "no larger than a 1e-7 perturbation's": the gauge twin within 10x
-//    of the 1e-7 twin throughout the window;
-// each with the ratios that decide it and the gauge / 1e-5 ratio at the
-// last step.
+// What the records measure of a rule whose verdict is not its prediction:
+// the figures the verdict rests on (docs/protocol.md §10) — where copy 1
+// first moved, the separation of the gauge twin from the round trip and
+// where, the commutation ratio and where, and the round trip at the onset
+// (the resolution) — so that a reader sees which measurement decided.
 std::string measured_reason(const Judged& judged) {
-  if (!judged.fine || !judged.onset)
+  const Verdict& v = judged.verdict;
+  if (v.verdict == VerdictClass::kDidNotMove)
+    return fmt::format("copy 1's parameters never changed in {} steps",
+                       judged.gauge->spec.last_step());
+  if (v.onset_step < 0)
     return "";
-  const PairResult& gauge = *judged.gauge;
-  const int64_t last = gauge.spec.steps;
-  const double last_ratio = ratio_at(judged, last);
-  const std::string at_last =
-      std::isfinite(last_ratio)
-          ? fmt::format(", {:.2g}x the 1e-5 twin at step {}", last_ratio, last)
-          : "";
-  const int64_t moves = judged.verdict.onset_step;
-  if (moves < 0 || moves > kEarlyLastStep)
-    return fmt::format(
-        "it does not move the parameters through step {} ({}){}",
-        kEarlyLastStep,
-        moves < 0 ? std::string("nor after")
-                  : fmt::format("first moved by step {}", moves),
-        at_last);
-  const double fine0 = twins::drift_at(*judged.fine, 0);
-  const double fine1 = twins::drift_at(*judged.fine, 1);
-  if (fine0 > 0 && fine1 >= kAmplified * fine0)
-    return fmt::format(
-        "any perturbation splits it: the 1e-7 noise twin {:.2g} -> {:.2g} "
-        "from step 0 to 1 (the 1e-5 one {:.2g}), the gauge twin {:.2g}x the "
-        "1e-5 one at step 1{}",
-        fine0, fine1, twins::drift_at(*judged.onset, 1), ratio_at(judged, 1),
-        at_last);
-  double most = 0;  // gauge / 1e-7 twin over the window, and where
-  int64_t where = -1;
-  for (const auto& point : gauge.curve) {
-    if (point.step < 1 || point.step > kEarlyLastStep)
-      continue;
-    const double fine = twins::drift_at(*judged.fine, point.step);
-    if (fine > 0 && point.logit_drift / fine > most) {
-      most = point.logit_drift / fine;
-      where = point.step;
-    }
+  std::string out = fmt::format(
+      "moved at step {}; separation {:.2g}x at step {} (gauge {:.2g} / round "
+      "trip {:.2g})",
+      v.moved_at, v.separation, v.separation_step, v.gauge_at,
+      v.roundtrip_at);
+  if (v.commutation_measured) {
+    out += fmt::format("; commutation {:.2g}x at step {} ({:.2g} / {:.2g})",
+                       v.commutation_ratio, v.commutation_step,
+                       v.commutation_gauge, v.commutation_roundtrip);
   }
-  if (where < 0)
-    return "";
-  if (most >= kOnsetRatioThreshold)
-    return fmt::format(
-        "weak: the gauge twin {:.2g}x the 1e-7 noise twin at step {}, at most "
-        "{:.2g}x the 1e-5 one through step {}{}",
-        most, where, judged.verdict.early_ratio, kEarlyLastStep, at_last);
-  return fmt::format(
-      "no larger than a 1e-7 perturbation's: the gauge twin at most {:.2g}x "
-      "the 1e-7 noise twin through step {}{}",
-      most, kEarlyLastStep, at_last);
+  if (v.verdict == VerdictClass::kUnresolved)
+    out += fmt::format("; the round trip is {:.2g} at the onset",
+                       v.roundtrip_onset);
+  return out;
 }
 
 // "yes (4.01 -> 0.144)": the initial model's loss, then the training loss
@@ -332,10 +284,9 @@ void judged_cells(const CensusEntry& entry, const RuleRecords& rule,
           entry.table3, verdict_label(v), why.empty() ? "" : " — ", why));
     }
   }
-  *figures = {value(v.onset_ratio_step1, 1, Unit::kRatio),
-              value(ratio_at(judged, 10), 1, Unit::kRatio),
-              value(ratio_at(judged, judged.gauge->spec.steps), 1,
-                    Unit::kRatio),
+  *figures = {value(v.separation, 1, Unit::kRatio),
+              value(v.commutation_ratio, 1, Unit::kRatio),
+              value(v.onset_ratio_step1, 1, Unit::kRatio),
               value(v.identity_max, 1, Unit::kDrift)};
 }
 
@@ -430,7 +381,7 @@ std::vector<CensusPoint> census_points(const Records& all) {
         {library_label(entry),
          entry.aliases.empty() ? entry.opt : entry.aliases.front(),
          measured_class(v).empty() ? verdict_label(v) : measured_class(v),
-         v.onset_ratio_step1});
+         v.separation});
   }
   return points;
 }
@@ -444,7 +395,8 @@ std::optional<Section> census_section(const Records& all) {
       "census", "Every rule of the installed libraries: predicted and measured",
       {"library", "rule (registry names)", "predicted (on Table 3)",
        "measured", "as predicted", "trained (loss: step 0 -> last)", "lr"},
-      {"ratio, step 1", "ratio, step 10", "ratio, last", "A=I, any step"});
+      {"separation", "commutation", "1e-5 twin ratio, step 1",
+       "A=I, any step"});
   const std::map<std::string, RuleRecords> rules = judge_rules(all);
   const std::vector<CensusEntry> entries =
       source() ? source()() : entries_of_records(all);
@@ -481,9 +433,13 @@ std::optional<Section> census_section(const Records& all) {
                         counts.disagreements.size(),
                         fmt::join(counts.disagreements, "; ")));
   s.notes.push_back(fmt::format(
-      "Ratios: the gauge twin's logit drift over the 1e-5 noise twin's at "
-      "steps 1, 10 and the last; the verdict's rules are the zoo's "
-      "(docs/protocol.md §10). Trained: copy 1's training loss at the last "
+      "Separation: the gauge twin's largest logit drift over the round "
+      "trip's from the step the rule first moved; commutation: the gauge "
+      "twin's largest update error over the round trip's in the ten steps "
+      "from there; 1e-5 twin ratio: the gauge twin over the 1e-5 noise twin "
+      "at step 1 (the paper's onset ratio, a record of sensitivity); the "
+      "verdict's rules are the zoo's (docs/protocol.md §10). Trained: copy "
+      "1's training loss at the last "
       "step at most {:g} of the initial model's loss; a rule whose default "
       "rate does not train is run at {} too, and judged at the rate that "
       "trains to the lowest loss (lr: every rate tried). Predictions: "

@@ -1,7 +1,7 @@
 // The census's aggregate (docs/results.md, "The census"): one row per rule
 // of the installed optimizer libraries — its library and version, its
 // registry names, the class predicted for it before any measurement and
-// the verdict measured on its four twins (report/verdict.h), the onset
+// the verdict measured on its five twins (report/verdict.h), the onset
 // ratios at steps 1, 10 and the last, the identity twin, whether it
 // trained and at which rate — or why it cannot run here; then the counts
 // per verdict, per library and per reason.
@@ -50,7 +50,7 @@ struct CensusPoint {
   std::string library;  // "timm 1.0.31"
   std::string rule;     // its first registry name
   std::string verdict;  // equivariant, basis-dependent, or another label
-  double onset_ratio_step1 = 0;
+  double separation = 0;  // the verdict's: gauge / round trip
 };
 
 // Every rule the records judge (failed ones left out), in the census's

@@ -52,12 +52,12 @@ Section::Row zoo_row(const Verdict& verdict) {
   row.figures = {value(verdict.gauge_step1, 1, Unit::kDrift),
                  value(verdict.noise_step1, 1, Unit::kDrift),
                  value(verdict.onset_ratio_step1, 1, Unit::kRatio),
-                 value(double(verdict.onset_step), 1, Unit::kStep),
-                 value(verdict.onset_ratio, 1, Unit::kRatio),
-                 value(verdict.early_ratio, 1, Unit::kRatio),
+                 value(double(verdict.moved_at), 1, Unit::kStep),
+                 value(verdict.separation, 1, Unit::kRatio),
+                 value(verdict.commutation_ratio, 1, Unit::kRatio),
+                 value(verdict.roundtrip_onset, 1, Unit::kDrift),
                  value(verdict.gauge_final, 1, Unit::kDrift),
-                 value(verdict.noise_final, 1, Unit::kDrift),
-                 value(verdict.track_decades, 1, Unit::kDecades),
+                 value(verdict.roundtrip_final, 1, Unit::kDrift),
                  value(verdict.identity_max, 1, Unit::kDrift)};
   return row;
 }
@@ -65,15 +65,19 @@ Section::Row zoo_row(const Verdict& verdict) {
 std::string zoo_rules_note(size_t agree, size_t verdicts) {
   return fmt::format(
       "{} of {} verdicts as predicted. Rules (docs/protocol.md §10): invalid "
-      "if the A=I twin is ever non-zero; basis-dependent if at a checkpoint "
-      "from step 1 to step {} the gauge twin exceeds {:g}x the 1e-5 noise "
-      "twin (the largest such ratio is shown; the onset is taken at the first "
-      "step the rule moved the parameters, the paper's step-1 ratio beside "
-      "it); else equivariant, \"(chaotic)\" when the gauge twin ends above "
-      "{:g} while tracking its 1e-7 noise twin within {:g} decades past step "
-      "{} (the track column: the largest |log10(gauge / noise 1e-7)| there).",
-      agree, verdicts, kEarlyLastStep, kOnsetRatioThreshold, kChaoticFinalDrift,
-      kChaoticTrackDecades, kChaoticPastStep);
+      "if the A=I twin is ever non-zero; did not move if copy 1's parameters "
+      "never change; basis-dependent if, from the step the rule first moved "
+      "the parameters, the gauge twin's logit drift exceeds {:g}x the round "
+      "trip's (every rotation applied and undone: the gauge's own rounding) "
+      "at some checkpoint (separation) and its update error exceeds {:g}x "
+      "the round trip's at one of the first {} steps (commutation); "
+      "undetermined if only one does; unresolved in the run's precision if "
+      "neither does but the round trip is above {:g} at the first moving "
+      "checkpoint (round trip at onset); else equivariant, \"(chaotic)\" "
+      "when the round trip ends above {:g}. The 1e-5 noise twin's ratio at "
+      "step 1 (the paper's onset ratio) is a record of sensitivity.",
+      agree, verdicts, kSeparation, kSeparation, twins::kCommutationSteps,
+      kResolution, kChaoticFinalDrift);
 }
 
 // ===========================================================================
@@ -219,9 +223,9 @@ std::optional<Section> zoo_section(const Records& all) {
   Section s = section_of(
       "zoo", "Predicted class against the measured verdict",
       {"optimizer", "predicted", "measured", "as predicted"},
-      {"gauge, step 1", "noise 1e-5, step 1", "ratio, step 1", "onset step",
-       "onset ratio", "largest ratio to step 10", "gauge, final",
-       "noise 1e-7, final", "track (decades)", "A=I, any step"});
+      {"gauge, step 1", "noise 1e-5, step 1", "ratio, step 1", "moved at",
+       "separation", "commutation", "round trip at onset", "gauge, final",
+       "round trip, final", "A=I, any step"});
   std::vector<std::pair<std::string, size_t>> pending;
   const std::vector<Verdict> verdicts = judge_all(all, &pending);
   size_t agree = 0;
@@ -232,7 +236,7 @@ std::optional<Section> zoo_section(const Records& all) {
   for (const auto& [opt, n] : pending) {
     Section::Row row;
     row.labels = {opt, predicted(opt),
-                  fmt::format("pending ({} of 4 pairs)", n), "–"};
+                  fmt::format("pending ({} of 5 pairs)", n), "–"};
     row.figures.assign(s.columns.size(), Figure{});
     s.rows.push_back(std::move(row));
   }

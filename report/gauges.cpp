@@ -134,7 +134,7 @@ std::optional<Section> gauges_section(const Records& all) {
   Section s = section_of(
       "gauges", "Predicted class against the verdict, per gauge",
       {"optimizer", "gauge", "predicted", "measured", "as predicted"},
-      {"gauge, step 1", "noise 1e-5, step 1", "largest ratio to step 10",
+      {"gauge, step 1", "separation", "commutation", "round trip at onset",
        "gauge, final", "QK drift, final", "VO drift, final", "A=I, any step"});
   std::vector<std::pair<std::string, size_t>> pending;
   size_t agree = 0, judged = 0;
@@ -155,8 +155,9 @@ std::optional<Section> gauges_section(const Records& all) {
                   predicted ? optim::to_string(*predicted) : "–",
                   verdict_label(v), as ? "yes" : "NO"};
     row.figures = {value(v.gauge_step1, 1, Unit::kDrift),
-                   value(v.noise_step1, 1, Unit::kDrift),
-                   value(v.early_ratio, 1, Unit::kRatio),
+                   value(v.separation, 1, Unit::kRatio),
+                   value(v.commutation_ratio, 1, Unit::kRatio),
+                   value(v.roundtrip_onset, 1, Unit::kDrift),
                    value(v.gauge_final, 1, Unit::kDrift),
                    value(qk_final, 1, Unit::kDrift),
                    value(vo_final, 1, Unit::kDrift),
@@ -174,7 +175,8 @@ std::optional<Section> gauges_section(const Records& all) {
   s.notes.push_back(fmt::format(
       "{} of {} verdicts as predicted; the verdict's rules as in the zoo "
       "(docs/protocol.md §10), each gauge twin judged against the same "
-      "identity and noise twins (noise on W_Q, W_K). The reasons:",
+      "identity, round-trip and noise twins (the round trip undoes every "
+      "rotation of gauge-all). The reasons:",
       agree, judged));
   std::string reasons;
   for (const GaugePrediction& p : gauge_predictions()) {

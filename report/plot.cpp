@@ -669,15 +669,14 @@ PlotFiles plot_census(const std::vector<PairResult>& results,
                                                            : 2;
     const size_t n = seen[p.verdict]++;
     const double x = column - 0.35 + 0.7 * double((n * 37) % 101) / 100.0;
-    const double y = std::isfinite(p.onset_ratio_step1) &&
-                             p.onset_ratio_step1 > 0
-                         ? p.onset_ratio_step1
+    const double y = std::isfinite(p.separation) && p.separation > 0
+                         ? p.separation
                          : 1e-3;  // an exact zero, drawn at the floor
     blocks[p.library] += fmt::format("{:.4f} {:.6e} {}\n", x, y,
                                      gp_string(p.rule));
   }
   std::string data = fmt::format(
-      "# {}\n# census: x (verdict column) step-1 onset ratio rule, one "
+      "# {}\n# census: x (verdict column) separation rule, one "
       "block per library\n",
       title);
   std::vector<std::string> clauses;
@@ -695,7 +694,7 @@ PlotFiles plot_census(const std::vector<PairResult>& results,
       "set title {}\nset logscale y\nset format y \"1e%T\"\n"
       "set xrange [-0.6:2.6]\nset xtics (\"equivariant\" 0, "
       "\"basis-dependent\" 1, \"other\" 2)\n"
-      "set ylabel \"step-1 onset ratio (gauge / noise 1e-5)\"\n"
+      "set ylabel \"separation (gauge / round trip)\"\n"
       "set grid ytics\nset key outside right top font \",9\"\n{}\n"
       "unset output\n",
       file_name(f.script), terminal(ext, 1040, 600),
@@ -713,6 +712,6 @@ const Plot kDialPlot = {"-dial.svg", plot_dial, "drift against p", nullptr};
 const Plot kMergePlot = {"-merge.svg", plot_merge, "loss along lambda",
                          nullptr};
 const Plot kCensusPlot = {"-census.svg", plot_census,
-                          "step-1 onset ratio per rule", nullptr};
+                          "separation per rule", nullptr};
 
 }  // namespace report

@@ -24,10 +24,6 @@ std::string diverged_note(const char* twin, const PairResult& r) {
   return r.ok() ? "" : fmt::format("{} {}", twin, twins::status_text(r));
 }
 
-std::string decades(double v) {
-  return std::isnan(v) ? "-" : fmt::format("{:.2f}", v);
-}
-
 }  // namespace
 
 std::string format_ratio(double v) {
@@ -47,9 +43,14 @@ std::string verdict_label(const Verdict& verdict) {
     case VerdictClass::kInvalid:
       return "invalid (nondeterministic)";
     case VerdictClass::kUndetermined:
-      return "undetermined (diverged)";
+      return verdict.disagree ? "undetermined (drift and commutation disagree)"
+                              : "undetermined (diverged)";
     case VerdictClass::kFailed:
       return "failed (the rule raised)";
+    case VerdictClass::kDidNotMove:
+      return "did not move";
+    case VerdictClass::kUnresolved:
+      return "unresolved in " + verdict.dtype;
   }
   return "?";
 }
@@ -63,20 +64,21 @@ bool as_predicted(const Verdict& verdict, optim::Equivariance predicted) {
 
 namespace {
 
-// The four records a verdict rests on.
-struct Four {
+// The five records a verdict rests on.
+struct Five {
   const PairResult* gauge = nullptr;
   const PairResult* identity = nullptr;
-  const PairResult* noise = nullptr;  // 1e-7: the paper's triplet
-  const PairResult* onset = nullptr;  // 1e-5: the onset ratio's reference
+  const PairResult* roundtrip = nullptr;  // the yardstick
+  const PairResult* noise = nullptr;      // 1e-7: the paper's triplet
+  const PairResult* onset = nullptr;      // 1e-5: the sensitivity record
 };
 
-// Sorts one optimizer's records into their four places; throws for a
+// Sorts one optimizer's records into their five places; throws for a
 // mixed optimizer, an unexpected noise scale, or a twin missing or twice.
-Four sort_twins(const std::vector<PairResult>& records) {
+Five sort_twins(const std::vector<PairResult>& records) {
   TORCH_CHECK(!records.empty(), "verdict: no records");
   const std::string& opt = records.front().spec.opt;
-  Four f;
+  Five f;
   for (const auto& r : records) {
     TORCH_CHECK(r.spec.opt == opt, "verdict: records of '", opt, "' and '",
                 r.spec.opt, "' mixed");
@@ -91,6 +93,9 @@ Four sort_twins(const std::vector<PairResult>& records) {
         break;
       case TwinKind::kIdentity:
         slot = &f.identity, what = "identity";
+        break;
+      case TwinKind::kRoundTrip:
+        slot = &f.roundtrip, what = "round-trip";
         break;
       case TwinKind::kNoise:
         if (same_scale(r.spec.noise_scale, twins::kTripletNoiseScale)) {
@@ -107,19 +112,28 @@ Four sort_twins(const std::vector<PairResult>& records) {
                 " twins");
     *slot = &r;
   }
-  TORCH_CHECK(f.gauge && f.identity && f.noise && f.onset, "verdict: '", opt,
-              "' needs gauge, identity, noise 1e-7 and noise 1e-5 twins; "
-              "missing ",
-              !f.gauge      ? "gauge"
-              : !f.identity ? "identity"
-              : !f.noise    ? "noise 1e-7"
-                            : "noise 1e-5");
+  TORCH_CHECK(f.gauge && f.identity && f.roundtrip && f.noise && f.onset,
+              "verdict: '", opt,
+              "' needs gauge, identity, round-trip, noise 1e-7 and noise "
+              "1e-5 twins; missing ",
+              !f.gauge       ? "gauge"
+              : !f.identity  ? "identity"
+              : !f.roundtrip ? "round-trip"
+              : !f.noise     ? "noise 1e-7"
+                             : "noise 1e-5");
   return f;
 }
 
-// The largest gauge / noise-1e-5 ratio at checkpoints 1..kEarlyLastStep
-// into v.early_ratio, and where into v.early_step.
-void measure_early_ratio(const Four& f, Verdict& verdict) {
+// The unit roundoff of the pairs' dtype: the floor of a ratio's
+// denominator (a round trip that rounds back exactly is no perturbation,
+// not an infinitely fine yardstick).
+double unit_roundoff(const twins::PairSpec& spec) {
+  return spec.dtype == torch::kDouble ? std::ldexp(1.0, -53)
+                                      : std::ldexp(1.0, -24);
+}
+
+// The largest gauge / noise-1e-5 ratio at checkpoints 1..kEarlyLastStep.
+void measure_early_ratio(const Five& f, Verdict& verdict) {
   verdict.early_ratio = kNaN;
   for (const auto& c : f.gauge->curve) {
     if (c.step < 1 || c.step > kEarlyLastStep)
@@ -134,61 +148,152 @@ void measure_early_ratio(const Four& f, Verdict& verdict) {
   }
 }
 
+// Where the rule first moved the parameters, and the onset checkpoint.
+void measure_onset(const Five& f, Verdict& v) {
+  const twins::Commutation& c = f.gauge->commutation;
+  v.commutation_measured =
+      c.measured && f.roundtrip->commutation.measured;
+  if (v.commutation_measured) {
+    v.moved_at = c.moved_at;
+    v.onset_step = -1;
+    for (const auto& point : f.gauge->curve) {
+      if (c.moved_at > 0 && point.step >= c.moved_at) {
+        v.onset_step = point.step;
+        break;
+      }
+    }
+  } else {
+    // Copy 1 is the same in every pair: the gauge pair's tells.
+    v.onset_step = twins::first_moving_step(*f.gauge);
+    v.moved_at = v.onset_step;
+  }
+}
+
+// The separation: gauge / round trip at every checkpoint from the onset on.
+void measure_separation(const Five& f, double floor, Verdict& v) {
+  v.separation = kNaN;
+  v.roundtrip_onset = twins::drift_at(*f.roundtrip, v.onset_step);
+  for (const auto& point : f.gauge->curve) {
+    if (v.onset_step < 0 || point.step < v.onset_step)
+      continue;
+    const double rt = twins::drift_at(*f.roundtrip, point.step);
+    const double ratio = point.logit_drift / std::max(rt, floor);
+    if (std::isnan(ratio))
+      continue;
+    if (std::isnan(v.separation) || ratio > v.separation) {
+      v.separation = ratio;
+      v.separation_step = point.step;
+      v.gauge_at = point.logit_drift;
+      v.roundtrip_at = rt;
+    }
+  }
+}
+
+// The commutation ratio: gauge error / round trip's, step by step.
+void measure_commutation(const Five& f, double floor, Verdict& v) {
+  v.commutation_ratio = kNaN;
+  if (!v.commutation_measured)
+    return;
+  const auto& g = f.gauge->commutation;
+  const auto& r = f.roundtrip->commutation;
+  const size_t n = std::min(g.errors.size(), r.errors.size());
+  for (size_t k = 0; k < n; ++k) {
+    const double ratio = g.errors[k] / std::max(r.errors[k], floor);
+    if (std::isnan(ratio))
+      continue;
+    if (std::isnan(v.commutation_ratio) || ratio > v.commutation_ratio) {
+      v.commutation_ratio = ratio;
+      v.commutation_step = g.moved_at + static_cast<int64_t>(k);
+      v.commutation_gauge = g.errors[k];
+      v.commutation_roundtrip = r.errors[k];
+    }
+  }
+}
+
 // Every figure the rules read, and a note on each twin that diverged.
-Verdict measure(const Four& f) {
+Verdict measure(const Five& f) {
   Verdict v;
   v.opt = f.gauge->spec.opt;
   v.gauge = f.gauge->spec.twin;
+  v.dtype = twins::dtype_name(f.gauge->spec.dtype);
+  const double floor = unit_roundoff(f.gauge->spec);
   v.identity_max = twins::largest_drift(*f.identity);
+  const double identity_commutation = f.identity->commutation.largest();
+  if (!std::isnan(identity_commutation) && !std::isnan(v.identity_max))
+    v.identity_max = std::max(v.identity_max, identity_commutation);
+  else if (std::isnan(identity_commutation) &&
+           !f.identity->commutation.errors.empty())
+    v.identity_max = identity_commutation;
+  measure_onset(f, v);
+  measure_separation(f, floor, v);
+  measure_commutation(f, floor, v);
+  v.gauge_step0 = twins::drift_at(*f.gauge, 0);
+  v.roundtrip_step0 = twins::drift_at(*f.roundtrip, 0);
+  v.gauge_final = twins::final_drift(*f.gauge);
+  v.roundtrip_final = twins::final_drift(*f.roundtrip);
+  // The sensitivity records.
   v.gauge_step1 = twins::drift_at(*f.gauge, 1);
   v.noise_step1 = twins::drift_at(*f.onset, 1);
   v.onset_ratio_step1 = v.gauge_step1 / v.noise_step1;
-  // Copy 1 is the same in all four pairs: the gauge pair's tells when the
-  // rule first moved the parameters.
-  v.onset_step = twins::first_moving_step(*f.gauge);
   v.gauge_onset = twins::drift_at(*f.gauge, v.onset_step);
   v.noise_onset = twins::drift_at(*f.onset, v.onset_step);
   v.onset_ratio = v.gauge_onset / v.noise_onset;
   measure_early_ratio(f, v);
-  v.gauge_final = twins::final_drift(*f.gauge);
   v.noise_final = twins::final_drift(*f.noise);
   v.track_decades = twins::tracking(*f.gauge, *f.noise);
   for (const auto& [twin, r] :
        {std::pair<const char*, const PairResult*>{"gauge", f.gauge},
         {"identity", f.identity},
+        {"round trip", f.roundtrip},
         {"noise 1e-7", f.noise},
         {"noise 1e-5", f.onset}}) {
     const std::string n = diverged_note(twin, *r);
     if (!n.empty())
       v.note += (v.note.empty() ? "" : "; ") + n;
+    v.diverged = v.diverged || !r->ok();
     if (r->status == twins::PairStatus::kFailed && v.error.empty())
       v.error = r->error;
+  }
+  if (!v.commutation_measured) {
+    v.note += std::string(v.note.empty() ? "" : "; ") +
+              "commutation not measured (a record written before it)";
   }
   if (!f.gauge->spec.twin_is_symmetry()) {
     v.note += fmt::format("{}not a symmetry: step-0 drift {}",
                           v.note.empty() ? "" : "; ",
-                          twins::format_drift(twins::drift_at(*f.gauge, 0)));
+                          twins::format_drift(v.gauge_step0));
   }
   return v;
 }
 
 // The rules of report/verdict.h, in order, on the measured figures.
-void classify(Verdict& verdict) {
-  // A NaN identity drift is an identity twin that diverged: a cause for
+void classify(Verdict& v) {
+  const bool separated = v.separation > kSeparation;
+  const bool commutes_not =
+      v.commutation_measured && v.commutation_ratio > kSeparation;
+  // A NaN identity figure is an identity twin that diverged: a cause for
   // "undetermined", not evidence of nondeterminism.
-  if (!verdict.error.empty()) {
-    verdict.verdict = VerdictClass::kFailed;
-  } else if (!std::isnan(verdict.identity_max) && verdict.identity_max != 0) {
-    verdict.verdict = VerdictClass::kInvalid;
-  } else if (std::isnan(verdict.identity_max) || verdict.onset_step < 0 ||
-             std::isnan(verdict.onset_ratio)) {
-    verdict.verdict = VerdictClass::kUndetermined;
-  } else if (verdict.early_ratio > kOnsetRatioThreshold) {
-    verdict.verdict = VerdictClass::kBasisDependent;
+  if (!v.error.empty()) {
+    v.verdict = VerdictClass::kFailed;
+  } else if (!std::isnan(v.identity_max) && v.identity_max != 0) {
+    v.verdict = VerdictClass::kInvalid;
+  } else if (std::isnan(v.identity_max)) {
+    v.verdict = VerdictClass::kUndetermined;
+  } else if (v.moved_at < 0 && !v.diverged) {
+    v.verdict = VerdictClass::kDidNotMove;
+  } else if (v.onset_step < 0 || std::isnan(v.separation) ||
+             (v.commutation_measured && std::isnan(v.commutation_ratio))) {
+    v.verdict = VerdictClass::kUndetermined;
+  } else if (separated && (commutes_not || !v.commutation_measured)) {
+    v.verdict = VerdictClass::kBasisDependent;
+  } else if (separated || commutes_not) {
+    v.verdict = VerdictClass::kUndetermined;
+    v.disagree = true;
+  } else if (v.roundtrip_onset > kResolution) {
+    v.verdict = VerdictClass::kUnresolved;
   } else {
-    verdict.verdict = VerdictClass::kEquivariant;
-    verdict.chaotic = verdict.gauge_final > kChaoticFinalDrift &&
-                      verdict.track_decades <= kChaoticTrackDecades;
+    v.verdict = VerdictClass::kEquivariant;
+    v.chaotic = v.roundtrip_final > kChaoticFinalDrift;
   }
 }
 
@@ -212,12 +317,12 @@ std::vector<Verdict> judge_all(
   }
   std::vector<Verdict> out;
   for (const auto& opt : order) {
-    // One verdict per gauge twin (per symmetry tested), each on the three
-    // twins they share: identity, noise 1e-7 and noise 1e-5.
+    // One verdict per gauge twin (per symmetry tested), each on the four
+    // twins they share: identity, round trip, noise 1e-7 and noise 1e-5.
     std::vector<PairResult> shared, gauges;
     for (const PairResult& r : groups[opt])
       (twins::is_gauge(r.spec.twin) ? gauges : shared).push_back(r);
-    if (shared.size() != 3 || gauges.empty()) {  // judge() needs all four
+    if (shared.size() != 4 || gauges.empty()) {  // judge() needs all five
       if (pending)
         pending->emplace_back(opt, groups[opt].size());
       continue;
@@ -237,21 +342,36 @@ std::string verdict_name(const Verdict& verdict) {
              : verdict.opt + " " + twins::to_string(verdict.gauge);
 }
 
-std::string format_verdict_line(const Verdict& verdict) {
-  std::string line = fmt::format(
-      "{:<13} {:<26} onset {:>6} at step {} (gauge {} / noise1e-5 {}); "
-      "largest ratio to step {}: {}; final: gauge {}, noise1e-7 {}, {} dec "
-      "apart past step {}; identity {}",
-      verdict_name(verdict), verdict_label(verdict),
-      format_ratio(verdict.onset_ratio), verdict.onset_step,
-      twins::format_drift(verdict.gauge_onset),
-      twins::format_drift(verdict.noise_onset), kEarlyLastStep,
-      format_ratio(verdict.early_ratio),
-      twins::format_drift(verdict.gauge_final),
-      twins::format_drift(verdict.noise_final), decades(verdict.track_decades),
-      kChaoticPastStep, twins::format_drift(verdict.identity_max));
-  if (!verdict.note.empty())
-    line += " [" + verdict.note + "]";
+std::string format_verdict_line(const Verdict& v) {
+  std::string line =
+      fmt::format("{:<13} {:<26}", verdict_name(v), verdict_label(v));
+  if (v.verdict == VerdictClass::kFailed) {
+    line += " " + v.error;
+  } else if (v.verdict == VerdictClass::kDidNotMove) {
+    line += " copy 1's parameters never changed";
+  } else if (v.onset_step >= 0) {
+    line += fmt::format(
+        " moved at step {}; separation {} at step {} (gauge {} / round trip "
+        "{}; round trip at onset {})",
+        v.moved_at, format_ratio(v.separation), v.separation_step,
+        twins::format_drift(v.gauge_at), twins::format_drift(v.roundtrip_at),
+        twins::format_drift(v.roundtrip_onset));
+    if (v.commutation_measured) {
+      line += fmt::format("; commutation {} at step {} ({} / {})",
+                          format_ratio(v.commutation_ratio),
+                          v.commutation_step,
+                          twins::format_drift(v.commutation_gauge),
+                          twins::format_drift(v.commutation_roundtrip));
+    }
+    line += fmt::format("; final: gauge {}, round trip {}",
+                        twins::format_drift(v.gauge_final),
+                        twins::format_drift(v.roundtrip_final));
+  }
+  line += fmt::format("; identity {}; sensitivity: {} the 1e-5 twin at step 1",
+                      twins::format_drift(v.identity_max),
+                      format_ratio(v.onset_ratio_step1));
+  if (!v.note.empty())
+    line += " [" + v.note + "]";
   return line;
 }
 

@@ -87,7 +87,7 @@ std::vector<PairSpec> table9_pairs(const PlanRequest& base,
   return jobs.take();
 }
 
-// The verdict's four pairs for each of `opts`.
+// The verdict's five pairs for each of `opts`.
 std::vector<PairSpec> verdicts_of(PlanRequest base,
                                   std::vector<std::string> opts) {
   base.opts = std::move(opts);
@@ -140,7 +140,7 @@ CensusLister& census_lister() {
   return lister;
 }
 
-// The census: the verdict's four twins of every rule the installed
+// The census: the verdict's five twins of every rule the installed
 // libraries register (listed by the bridge), each at its library's default
 // rate, on the Table-3 model.
 std::vector<PairSpec> census_pairs(const PlanRequest& base,
@@ -175,7 +175,7 @@ std::vector<PairSpec> census_pairs(const PlanRequest& base,
 // The census's second part: for each rule whose gauge twin is recorded at
 // its library's default rate (in `pairs`) and did not train there (a
 // diverged pair did not either; a failed one is not tried again), the
-// verdict's four twins at every rate of twins::census_rates() but the
+// verdict's five twins at every rate of twins::census_rates() but the
 // default.
 std::vector<PairSpec> census_more_rates(
     const PlanRequest& base, const std::vector<PairSpec>& pairs,
@@ -329,20 +329,20 @@ const Config kConfigs[] = {
      nullptr,
      table9_pairs},
     {"zoo", "zoo",
-     "Optimizer zoo: gauge, identity, noise 1e-7 and 1e-5 twins per "
+     "Optimizer zoo: the verdict's five twins per "
      "optimizer, mod-47 2L d64, 1500 steps, CPU float32",
      kTable3Model, "cpu", zoo_pairs},
     {"zoo-modern", "zoo",
-     "Optimizers in current use: gauge, identity, noise 1e-7 and 1e-5 twins "
+     "Optimizers in current use: the verdict's five twins "
      "per optimizer, mod-47 2L d64, 1500 steps, CPU float32",
      kTable3Model, "cpu", modern_zoo_pairs},
     {"torch-zoo", "zoo",
-     "torch.optim's own optimizers (Python): gauge, identity, noise 1e-7 "
-     "and 1e-5 twins per optimizer, mod-47 2L d64, 1500 steps, CPU float32",
+     "torch.optim's own optimizers (Python): the verdict's five twins "
+     "per optimizer, mod-47 2L d64, 1500 steps, CPU float32",
      kTable3Model, "cpu", torch_zoo_pairs},
     {"census", "census",
      "The census: every rule of the installed optimizer libraries "
-     "(Python), the verdict's four twins at its default rate (and 1e-4..1 "
+     "(Python), the verdict's five twins at its default rate (and 1e-4..1 "
      "where it does not train), mod-47 2L d64, 100 steps, CPU float32",
      kCensusModel, "cpu", census_pairs},
     {"gauges", "gauges",
@@ -549,21 +549,21 @@ std::vector<PairSpec> verdict_specs(PlanRequest r) {
   TORCH_CHECK(!r.opts.empty(), "verdict: no optimizer given (--opt)");
   TORCH_CHECK(r.init_seeds.size() == 1,
               "verdict: one init seed per verdict, got ", r.init_seeds.size());
-  // The gauge twins asked for (one verdict each), then the three every
+  // The gauge twins asked for (one verdict each), then the four every
   // verdict shares.
   std::vector<std::string> kinds;
   for (const std::string& name :
        r.twins.empty() ? std::vector<std::string>{"gauge"} : r.twins) {
     TORCH_CHECK(twins::is_gauge(twins::parse_twin_kind(name)),
                 "verdict: --twin ", name,
-                " is not a gauge twin (the "
-                "identity and noise twins are in every verdict); give "
+                " is not a gauge twin (the identity, noise and "
+                "round-trip twins are in every verdict); give "
                 "gauge, gauge-vo, gauge-all or gauge-full");
     if (std::find(kinds.begin(), kinds.end(), name) == kinds.end())
       kinds.push_back(name);
   }
   r.twins = kinds;
-  r.twins.insert(r.twins.end(), {"identity", "noise"});
+  r.twins.insert(r.twins.end(), {"identity", "noise", "roundtrip"});
   r.twin_seeds.clear();
   r.noise_scales = {twins::kTripletNoiseScale, twins::kOnsetNoiseScale};
   std::vector<PairSpec> specs = expand(r);

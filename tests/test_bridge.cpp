@@ -276,7 +276,7 @@ TEST(BridgeTorch, AdamFloat64MatchesTheBuiltInAndIsBasisDependent) {
   py_req.lr = cpp_req.lr = 1e-3;
   const auto py = run(sweep::verdict_specs(py_req), 2);
   const auto cpp = run(sweep::verdict_specs(cpp_req), 2);
-  ASSERT_EQ(py.size(), 4u);
+  ASSERT_EQ(py.size(), 5u);
   double largest = 0;
   for (size_t i = 0; i < py.size(); ++i) {
     const double a = twins::drift_at(py[i], 1), b = twins::drift_at(cpp[i], 1);
@@ -359,11 +359,11 @@ TEST(BridgeThreads, ConcurrentPythonStepsGiveTheSequentialRecords) {
     req.lr = 1e-3;
     const auto specs = sweep::verdict_specs(req);
     const auto one = run(specs, 1);
-    const auto three = run(specs, 3);  // reference + 4 twins, 3 at once
-    // Every pair its own group (copy 1 trained four times), 2 groups at
+    const auto three = run(specs, 3);  // reference + 5 twins, 3 at once
+    // Every pair its own group (copy 1 trained five times), 2 groups at
     // once, each stepping its two copies at once.
     const auto jobs = run(specs, 2, 2, "", /*share=*/false);
-    ASSERT_EQ(one.size(), 4u);
+    ASSERT_EQ(one.size(), 5u);
     for (size_t i = 0; i < one.size(); ++i) {
       EXPECT_EQ(numbers_of(one[i]), numbers_of(three[i])) << opt << " " << i;
       EXPECT_EQ(numbers_of(one[i]), numbers_of(jobs[i])) << opt << " " << i;
@@ -494,7 +494,7 @@ class Poison(torch.optim.Optimizer):
 )");
   const std::string name = bridge::resolve_rule("py:" + path + ":Poison");
   const auto results = run(sweep::verdict_specs(tiny_request(name, 10)));
-  ASSERT_EQ(results.size(), 4u);
+  ASSERT_EQ(results.size(), 5u);
   for (const auto& r : results) {
     EXPECT_EQ(r.status, twins::PairStatus::kDiverged);
     EXPECT_EQ(r.diverged_step, 1);
@@ -522,7 +522,7 @@ TEST(BridgeTorchZoo, TheTableIsTorchOptimsRulesWithTheirPredictions) {
   ASSERT_EQ(opts.size(), muon ? 14u : 13u);
   if (muon)
     EXPECT_EQ(opts.back(), R"(torch:Muon{"lr":0.001})");
-  ASSERT_EQ(t.pairs.size(), 4 * opts.size());  // the verdict's four twins
+  ASSERT_EQ(t.pairs.size(), 5 * opts.size());  // the verdict's five twins
   for (const auto& opt : opts) {
     // Each name is canonical: resolving it gives it back.
     EXPECT_EQ(bridge::resolve_rule(opt), opt);
@@ -662,7 +662,7 @@ TEST(BridgeCli, CensusListsAndProbesALibrary) {
   fs::remove_all(dir);
 }
 
-// The census as a table: the verdict's four twins of each selected rule;
+// The census as a table: the verdict's five twins of each selected rule;
 // a rule that raises while it trains is recorded and the table goes on;
 // the aggregate sets each prediction beside its verdict and counts why a
 // rule could not run; a rerun trains nothing.
@@ -688,15 +688,15 @@ TEST(BridgeCli, TheCensusTableJudgesEachRuleAndRecordsOneThatRaises) {
   }
   // Neither Adam at its 1e-3 nor ASGD at its 1e-2 halves the loss in 20
   // steps: each is run at the other rates of twins::census_rates() too,
-  // four twins a rate; SparseAdam, which raised, is not tried again.
+  // five twins a rate; SparseAdam, which raised, is not tried again.
   const std::vector<double> rates_tried = twins::census_rates();
   const std::set<double> grid(rates_tried.begin(), rates_tried.end());
   EXPECT_EQ(rates["torch:Adam"], grid);
   EXPECT_EQ(rates["torch:ASGD"], grid);
   EXPECT_EQ(rates["torch:SparseAdam"], std::set<double>{1e-3});
-  EXPECT_EQ(status["torch:Adam ok"] + status["torch:Adam diverged"], 20);
-  EXPECT_EQ(status["torch:ASGD ok"], 20);
-  EXPECT_EQ(status["torch:SparseAdam failed"], 4);
+  EXPECT_EQ(status["torch:Adam ok"] + status["torch:Adam diverged"], 25);
+  EXPECT_EQ(status["torch:ASGD ok"], 25);
+  EXPECT_EQ(status["torch:SparseAdam failed"], 5);
   const std::string md = slurp(dir / "c.md");
   // Library, registry names, predicted, measured, as predicted; Adam read
   // at a rate that trains, ASGD at its default, trained at none.
@@ -712,8 +712,8 @@ TEST(BridgeCli, TheCensusTableJudgesEachRuleAndRecordsOneThatRaises) {
       << md;
   const Outcome again = twin_run(args, dir);
   ASSERT_EQ(again.code, 0) << again.err;
-  EXPECT_TRUE(contains(again.out, "44 already recorded")) << again.out;
-  EXPECT_EQ(count_lines(slurp(dir / "c.jsonl")), 44);
+  EXPECT_TRUE(contains(again.out, "55 already recorded")) << again.out;
+  EXPECT_EQ(count_lines(slurp(dir / "c.jsonl")), 55);
   // The selection is not in the records: the aggregate takes it again,
   // lists the selected rules' pairs alone as its job list and shows their
   // rows alone.

@@ -338,7 +338,7 @@ TEST(Gauges, TheVerdictReportsEachSymmetryItTested) {
   r.opts = {"scion-col"};
   r.twins = {"gauge", "gauge-vo"};
   const auto specs = sweep::verdict_specs(r);
-  ASSERT_EQ(specs.size(), 5u);  // two gauges, identity, noise 1e-7 and 1e-5
+  ASSERT_EQ(specs.size(), 6u);  // two gauges, identity, noise 1e-7, 1e-5, round trip
   const auto verdicts = report::judge_all(twins::run_group(specs));
   ASSERT_EQ(verdicts.size(), 2u);
   EXPECT_EQ(verdicts[0].gauge, TwinKind::kGauge);

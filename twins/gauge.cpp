@@ -149,14 +149,35 @@ void apply_twin(model::Transformer& model, TwinKind kind, uint64_t seed,
     case TwinKind::kNoise:
       add_qk_noise(model, seed, noise_scale, draw);
       return;
-    default: {
-      const GaugeDraw g = gauge_draw(config, kind, seed, draw);
-      if (!g.qk.empty())
-        rotate_heads(model, g.qk);
-      if (!g.vo.empty())
-        rotate_values(model, g.vo);
+    case TwinKind::kRoundTrip: {
+      // gauge-all's rotations, each undone at once: A^T (A W_Q), B^T (B W_V)
+      // and (W_O B^T) B, in the model's dtype.
+      const GaugeDraw g = gauge_draw(config, TwinKind::kGaugeAll, seed, draw);
+      rotate_heads(model, g.qk);
+      rotate_heads(model, transposed(g.qk));
+      rotate_values(model, g.vo);
+      rotate_values(model, transposed(g.vo));
+      return;
     }
+    default:
+      apply_gauge(model, gauge_draw(config, kind, seed, draw));
   }
+}
+
+HeadMatrices transposed(const HeadMatrices& m) {
+  HeadMatrices out(m.size());
+  for (size_t l = 0; l < m.size(); ++l) {
+    for (const torch::Tensor& a : m[l])
+      out[l].push_back(a.t().contiguous());
+  }
+  return out;
+}
+
+void apply_gauge(model::Transformer& model, const GaugeDraw& gauge) {
+  if (!gauge.qk.empty())
+    rotate_heads(model, gauge.qk);
+  if (!gauge.vo.empty())
+    rotate_values(model, gauge.vo);
 }
 
 }  // namespace twins

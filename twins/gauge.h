@@ -61,8 +61,16 @@ void rotate_values(model::Transformer& model, const HeadMatrices& B);
 void add_qk_noise(model::Transformer& model, uint64_t seed, double scale,
                   torch::Dtype draw = torch::kDouble);
 
+// Every matrix of `m` transposed (the inverse of an orthogonal draw).
+HeadMatrices transposed(const HeadMatrices& m);
+
+// rotate_heads by gauge.qk, then rotate_values by gauge.vo; a side that is
+// empty is left alone.
+void apply_gauge(model::Transformer& model, const GaugeDraw& gauge);
+
 // Makes copy 2 of a pair: a gauge twin (gauge_draw), identity (A_h = I, the
-// QK gauge's code path) or noise.
+// QK gauge's code path), noise, or the round trip (gauge-all's draw applied
+// and undone).
 void apply_twin(model::Transformer& model, TwinKind kind, uint64_t seed,
                 double noise_scale, torch::Dtype draw = torch::kDouble);
 

@@ -157,10 +157,13 @@ void write_partials(const Lockstep& group,
       continue;
     keys.push_back(group.spec(i).key());
     const nlohmann::json record = to_json(results[i]);
-    partial.push_back(
-        {{"curve", record.at("curve")},
-         {"merges", record.value("merge", nlohmann::json::array())},
-         {"twin", i}});
+    nlohmann::json saved = {
+        {"curve", record.at("curve")},
+        {"merges", record.value("merge", nlohmann::json::array())},
+        {"twin", i}};
+    if (record.contains("commutation"))
+      saved["commutation"] = record["commutation"];
+    partial.push_back(saved);
   }
   header["pairs"] = keys;
   header["partial"] = partial;
@@ -192,6 +195,10 @@ std::vector<size_t> read_partials(const nlohmann::json& header,
     const PairResult back = from_json(record);
     results[i].curve = back.curve;
     results[i].merges = back.merges;
+    // A checkpoint written before the check: not measured for this pair.
+    results[i].commutation = saved.contains("commutation")
+                                 ? commutation_from_json(saved["commutation"])
+                                 : Commutation{};
   }
   return source;
 }

@@ -146,4 +146,20 @@ std::vector<int64_t> checkpoint_steps(int64_t steps,
   return out;
 }
 
+double Commutation::largest(int64_t* step) const {
+  double most = std::numeric_limits<double>::quiet_NaN();
+  int64_t where = -1;
+  for (size_t k = 0; k < errors.size(); ++k) {
+    if (where < 0 || errors[k] > most || std::isnan(errors[k])) {
+      most = errors[k];
+      where = moved_at + static_cast<int64_t>(k);
+      if (std::isnan(most))
+        break;
+    }
+  }
+  if (step)
+    *step = where;
+  return most;
+}
+
 }  // namespace twins

@@ -64,6 +64,26 @@ CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
                    const Evaluation& e2, const model::Transformer& m2,
                    int64_t step, bool vo = false);
 
+// The commutation check of docs/protocol.md §6: from the step copy 1 first
+// moves, at each of kCommutationSteps steps, the largest relative
+// difference over parameters between the twin's update and copy 1's update
+// mapped by the twin's gauge (the identity for twins that rotate nothing).
+constexpr int64_t kCommutationSteps = 10;
+struct Commutation {
+  bool measured = false;  // records written before the check carry none
+  // The first step at which copy 1's parameters changed; -1 while none has
+  // (at the end of a pair: none did, through its last step).
+  int64_t moved_at = -1;
+  // errors[k]: step moved_at + k, up to kCommutationSteps of them.
+  std::vector<double> errors;
+  bool complete() const {
+    return moved_at > 0 &&
+           static_cast<int64_t>(errors.size()) >= kCommutationSteps;
+  }
+  // The largest error, and the step where; NaN and -1 when there is none.
+  double largest(int64_t* step = nullptr) const;
+};
+
 // The checkpoint steps: {0, 1, 2, 3, 5, 10, 50, 100, 300, 600, 1000, 1500,
 // 2000, 3000} within [0, steps], plus `steps` itself and any of `extra`
 // (a pair's merge steps), sorted. Steps 2, 3 and 5 let the verdict see a

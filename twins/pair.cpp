@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "twins/commutation.h"
 #include "twins/environment.h"
 #include "twins/merge.h"
 
@@ -42,6 +43,7 @@ class GroupRun {
         options_(options),
         checkpoint_(options.checkpoint),
         group_(specs, options.threads),
+        watch_(group_),
         results_(specs.size()),
         gauges_(specs.size()),
         merge_at_(specs.front().merge_at),
@@ -53,6 +55,7 @@ class GroupRun {
       results_[i].torch_version = TORCH_VERSION;
       results_[i].numeric_env = numeric_env(specs[i].device);
       results_[i].group_pairs = static_cast<int>(specs.size());
+      results_[i].commutation.measured = true;
       // What a twin's merge aligns, and the rotations that made it
       // (docs/protocol.md §9).
       if (!merge_at_.empty())
@@ -99,16 +102,28 @@ class GroupRun {
   // previous segment's checks and measurements), is all a resumed group
   // needs to run the same segments, checks and measurements as a group run
   // straight through.
+  //
+  // While the commutation check watches (from step 1 until copy 1 has
+  // moved and every live twin has its errors), the segment is trained step
+  // by step too, the watch around each step; the same operations run
+  // either way.
   void train_segment() {
     const int64_t sync = (group_.done() / kSyncEvery + 1) * kSyncEvery;
     const int64_t end = std::min(sync, measurement_steps_[next_]);
-    if (!checkpoint_.enabled()) {
+    if (!checkpoint_.enabled() && !watch_.watching(results_)) {
       group_.train_to(end, options_.progress);
       return;
     }
     while (group_.done() < end) {
-      checkpoint_.between_steps(group_, results_, {next_, seconds()});
+      if (checkpoint_.enabled())
+        checkpoint_.between_steps(group_, results_, {next_, seconds()});
+      if (!watch_.watching(results_)) {
+        group_.train_to(group_.done() + 1, options_.progress);
+        continue;
+      }
+      watch_.before_step();
       group_.train_to(group_.done() + 1, options_.progress);
+      watch_.after_step(results_);
     }
   }
 
@@ -203,6 +218,7 @@ class GroupRun {
   const GroupOptions& options_;
   GroupCheckpoint checkpoint_;
   Lockstep group_;
+  CommutationWatch watch_;  // built right after group_ (see its constructor)
   std::vector<PairResult> results_;
   std::vector<MergeGauge> gauges_;
   const std::vector<int64_t> merge_at_;

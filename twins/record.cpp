@@ -339,6 +339,25 @@ PairSpec spec_from_json(const json& j) {
   return s;
 }
 
+json commutation_to_json(const Commutation& c) {
+  return {{"moved_at", c.moved_at > 0 ? json(c.moved_at) : json(nullptr)},
+          {"errors", numbers(c.errors)}};
+}
+
+Commutation commutation_from_json(const json& j) {
+  TORCH_CHECK(j.is_object(), "field 'commutation' is not an object");
+  Commutation c;
+  c.measured = true;
+  const json& moved = field(j, "moved_at");
+  c.moved_at = moved.is_null() ? -1 : integer(moved, "moved_at");
+  TORCH_CHECK(moved.is_null() || c.moved_at > 0,
+              "field 'moved_at' must be a step >= 1 or null, not ", c.moved_at);
+  c.errors = numbers_from(field(j, "errors"), "commutation errors");
+  TORCH_CHECK(c.moved_at > 0 || c.errors.empty(),
+              "field 'commutation' has errors but no moved_at");
+  return c;
+}
+
 json to_json(const PairResult& result) {
   json j = spec_to_json(result.spec);
   j["schema"] = kRecordSchema;
@@ -377,6 +396,8 @@ json to_json(const PairResult& result) {
       merges.push_back(to_json(m));
     j["merge"] = merges;
   }
+  if (result.commutation.measured)
+    j["commutation"] = commutation_to_json(result.commutation);
   j["wall_s"] = result.wall_s;
   j["group_pairs"] = result.group_pairs;
   const ThreadInfo t = thread_info();
@@ -424,6 +445,9 @@ PairResult from_json(const json& j) {
     for (const json& m : j["merge"])
       r.merges.push_back(merge_point_from_json(m));
   }
+  // Records written before the commutation check read as not measured.
+  if (j.contains("commutation"))
+    r.commutation = commutation_from_json(j["commutation"]);
   if (j.contains("wall_s"))
     r.wall_s = real(j["wall_s"], "wall_s");
   if (j.contains("group_pairs")) {

@@ -40,6 +40,12 @@ nlohmann::json to_json(const MergePoint& point);
 // mistyped field.
 MergePoint merge_point_from_json(const nlohmann::json& object);
 
+// The commutation check (twins/metrics.h), written only where measured:
+//   {"moved_at": step or null, "errors": [one per step from moved_at]}
+nlohmann::json commutation_to_json(const Commutation& commutation);
+// Back (measured); throws naming a missing or mistyped field.
+Commutation commutation_from_json(const nlohmann::json& object);
+
 // A record without the fields that measure the run rather than the pair
 // (wall_s, threads, group_pairs): what "the same record however it was
 // scheduled" compares.

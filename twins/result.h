@@ -43,6 +43,7 @@ struct PairResult {
   int64_t diverged_step = -1;      // first step with a non-finite loss
   std::string error;               // kFailed: the error's one line
   std::vector<MergePoint> merges;  // head merging at spec.merge_at (§9)
+  Commutation commutation;         // the update against G(copy 1's) (§6)
   double wall_s = 0;               // seconds from its group's start to its end
   int group_pairs = 1;             // pairs that shared its copy 1's training
   std::string torch_version;

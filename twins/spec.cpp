@@ -11,7 +11,8 @@ namespace {
 
 constexpr TwinKind kTwinKinds[] = {TwinKind::kGauge,    TwinKind::kIdentity,
                                    TwinKind::kNoise,    TwinKind::kGaugeVo,
-                                   TwinKind::kGaugeAll, TwinKind::kGaugeFull};
+                                   TwinKind::kGaugeAll, TwinKind::kGaugeFull,
+                                   TwinKind::kRoundTrip};
 
 }  // namespace
 
@@ -29,6 +30,8 @@ const char* to_string(TwinKind kind) {
       return "gauge-all";
     case TwinKind::kGaugeFull:
       return "gauge-full";
+    case TwinKind::kRoundTrip:
+      return "roundtrip";
   }
   return "?";
 }
@@ -40,7 +43,7 @@ TwinKind parse_twin_kind(const std::string& name) {
   }
   TORCH_CHECK(false, "Unknown twin kind: '", name,
               "' (known: gauge, identity, noise, gauge-vo, gauge-all, "
-              "gauge-full)");
+              "gauge-full, roundtrip)");
 }
 
 bool acts_on_qk(TwinKind kind) {
@@ -212,6 +215,8 @@ std::string twin_label(const PairSpec& s) {
       return "gauge QK+VO";
     case TwinKind::kGaugeFull:
       return "gauge full";
+    case TwinKind::kRoundTrip:
+      return "round trip";
     case TwinKind::kGauge:
       break;
   }

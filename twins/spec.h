@@ -24,13 +24,19 @@ enum class TwinKind {
   // Under rotary positions, an unrestricted orthogonal A_h on W_Q / W_K:
   // not a symmetry there (the negative control).
   kGaugeFull,
+  // Every rotation gauge-all applies (the QK gauge and the VO gauge), each
+  // applied and then undone: copy 2 holds copy 1's weights in copy 1's
+  // basis, off only by those rotations' rounding — the verdict's yardstick
+  // (docs/protocol.md §2, §10).
+  kRoundTrip,
 };
 
 const char* to_string(TwinKind kind);
 // Throws "Unknown twin kind: 'x' (known: gauge, identity, noise, ...)".
 TwinKind parse_twin_kind(const std::string& name);
 // Whether a twin of `kind` rotates W_Q / W_K (the QK gauge), W_V / W_O
-// (the VO gauge); whether it is one of the gauge twins.
+// (the VO gauge); whether it is one of the gauge twins (the round trip,
+// which rotates and rotates back, is none of these).
 bool acts_on_qk(TwinKind kind);
 bool acts_on_vo(TwinKind kind);
 bool is_gauge(TwinKind kind);

@@ -28,7 +28,7 @@ inline bool trained(const PairResult& result) {
 }
 
 // The rates the census tries for a rule its library's default rate did not
-// train, each with the verdict's four twins (docs/results.md, "The
+// train, each with the verdict's five twins (docs/results.md, "The
 // census"); the default itself is left out.
 inline std::vector<double> census_rates() { return {1e-4, 1e-3, 1e-2, 0.1, 1}; }
 

@@ -124,8 +124,8 @@ def verdict(opt, *, args: Optional[dict] = None, task: str = "mod47",
             threads: Optional[int] = None,
             progress: Optional[bool] = None) -> dict:
     """The equivariance verdict of `opt` (docs/protocol.md §10), as
-    `twin-run verdict` gives it: its gauge, identity, noise 1e-7 and noise
-    1e-5 twins, judged. Returns a dict: verdict (the label), class,
+    `twin-run verdict` gives it: its gauge, identity, round-trip, noise
+    1e-7 and noise 1e-5 twins, judged. Returns a dict: verdict (the label), class,
     predicted, as_predicted, the figures it rests on, line (twin-run
     verdict's line) and records. The arguments are run()'s."""
     settings = _settings(

@@ -65,7 +65,7 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(v["predicted"], "equivariant")
         self.assertTrue(v["as_predicted"])
         self.assertEqual(v["identity_max"], 0.0)
-        self.assertEqual(len(v["records"]), 4)
+        self.assertEqual(len(v["records"]), 5)
         self.assertTrue(v["opt"].startswith("python:"), v["opt"])
         self.assertIn("ScalarAdam#", v["opt"])
 

@@ -1,0 +1,133 @@
+#include "twins/commutation.h"
+
+#include <algorithm>
+
+#include "twins/setup.h"
+
+namespace twins {
+
+namespace {
+
+std::vector<torch::Tensor> snapshot(const std::vector<torch::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> out;
+  out.reserve(params.size());
+  for (const torch::Tensor& p : params)
+    out.push_back(p.detach().clone());
+  return out;
+}
+
+bool has_sides(const GaugeDraw& gauge) {
+  return !gauge.qk.empty() || !gauge.vo.empty();
+}
+
+}  // namespace
+
+double commutation_error(const std::vector<torch::Tensor>& before1,
+                         const std::vector<torch::Tensor>& after1,
+                         const std::vector<torch::Tensor>& before2,
+                         const std::vector<torch::Tensor>& after2,
+                         const GaugeDraw& gauge, model::Transformer& scratch) {
+  const size_t n = before1.size();
+  TORCH_CHECK(after1.size() == n && before2.size() == n && after2.size() == n,
+              "commutation_error: ", n, ", ", after1.size(), ", ",
+              before2.size(), " and ", after2.size(), " parameters");
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> d1(n), d2(n);
+  for (size_t i = 0; i < n; ++i) {
+    d1[i] = after1[i].to(torch::kDouble) - before1[i].to(torch::kDouble);
+    d2[i] = after2[i].to(torch::kDouble) - before2[i].to(torch::kDouble);
+  }
+  std::vector<torch::Tensor> mapped = d1;  // G dW1
+  if (has_sides(gauge)) {
+    TORCH_CHECK(scratch, "commutation_error: a gauge needs a scratch model");
+    std::vector<torch::Tensor> s = scratch->parameters();
+    TORCH_CHECK(s.size() == n, "commutation_error: the scratch model has ",
+                s.size(), " parameters, not ", n);
+    for (size_t i = 0; i < n; ++i)
+      s[i].copy_(d1[i]);
+    apply_gauge(scratch, gauge);
+    for (size_t i = 0; i < n; ++i)
+      mapped[i] = s[i].detach().clone();
+  }
+  double most = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double den = std::max(d1[i].norm().item<double>(),
+                                d2[i].norm().item<double>());
+    if (den == 0)
+      continue;  // neither copy moved this parameter
+    const double e = (d2[i] - mapped[i]).norm().item<double>() / den;
+    if (std::isnan(e))
+      return e;
+    most = std::max(most, e);
+  }
+  return most;
+}
+
+CommutationWatch::CommutationWatch(Lockstep& group) : group_(group) {
+  const model::ModelConfig& config = group.reference()->config();
+  bool any_gauge = false;
+  for (size_t i = 0; i < group.twins(); ++i) {
+    const PairSpec& spec = group.spec(i);
+    gauges_.push_back(is_gauge(spec.twin)
+                          ? gauge_draw(config, spec.twin, spec.twin_seed,
+                                       draw_dtype(spec.protocol))
+                          : GaugeDraw{});
+    any_gauge = any_gauge || has_sides(gauges_.back());
+  }
+  if (any_gauge) {
+    const PairSpec& first = group.spec(0);
+    scratch_ = model::build(config, first.init_seed, torch::kDouble,
+                            group.reference_copy().parameters.front().device());
+  }
+  twin_before_.resize(group.twins());
+}
+
+bool CommutationWatch::watching(const std::vector<PairResult>& results) const {
+  for (size_t i = 0; i < group_.twins(); ++i) {
+    if (group_.live(i) && results[i].commutation.measured &&
+        !results[i].commutation.complete())
+      return true;
+  }
+  return false;
+}
+
+void CommutationWatch::before_step() {
+  reference_before_ = snapshot(group_.reference_copy().parameters);
+  for (size_t i = 0; i < group_.twins(); ++i) {
+    twin_before_[i] = group_.live(i)
+                          ? snapshot(group_.twin_copy(i).parameters)
+                          : std::vector<torch::Tensor>{};
+  }
+}
+
+void CommutationWatch::after_step(std::vector<PairResult>& results) {
+  const std::vector<torch::Tensor>& after1 =
+      group_.reference_copy().parameters;
+  bool moved = false;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t p = 0; p < after1.size() && !moved; ++p)
+      moved = !torch::equal(after1[p], reference_before_[p]);
+  }
+  const int64_t step = group_.done();
+  for (size_t i = 0; i < group_.twins(); ++i) {
+    Commutation& c = results[i].commutation;
+    if (!group_.live(i) || !c.measured || c.complete())
+      continue;
+    if (c.moved_at < 0) {
+      if (!moved)
+        continue;
+      c.moved_at = step;
+    }
+    c.errors.push_back(commutation_error(reference_before_, after1,
+                                         twin_before_[i],
+                                         group_.twin_copy(i).parameters,
+                                         gauges_[i], scratch_));
+  }
+  reference_before_.clear();
+  for (auto& t : twin_before_)
+    t.clear();
+}
+
+}  // namespace twins
