@@ -31,6 +31,8 @@ std::string format_ratio(double v) {
     return "nan";
   if (std::isinf(v))
     return "inf";
+  if (v >= 1e5)  // the float64 separations: 1.2e+13x, not 14 digits
+    return fmt::format("{:.2g}x", v);
   return v >= 10 ? fmt::format("{:.0f}x", v) : fmt::format("{:.2g}x", v);
 }
 

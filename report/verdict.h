@@ -147,7 +147,7 @@ std::string verdict_name(const Verdict& verdict);
 // commutation errors), the sensitivity record.
 std::string format_verdict_line(const Verdict& verdict);
 
-// "238x", "0.014x", "inf", "nan".
+// "238x", "0.014x", "1.2e+13x", "inf", "nan".
 std::string format_ratio(double v);
 
 }  // namespace report

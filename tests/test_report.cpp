@@ -135,7 +135,7 @@ TEST(Verdict, AdamLikeRecordsAreBasisDependent) {
   const std::string line = report::format_verdict_line(v);
   for (const char* s :
        {"adam", "basis-dependent", "moved at step 1", "separation 13448x",
-        "gauge 3.9e-03 / round trip 2.9e-07", "commutation 3000000x",
+        "gauge 3.9e-03 / round trip 2.9e-07", "commutation 3e+06x",
         "(6.0e-01 / 2.0e-07)", "identity 0", "134x the 1e-5 twin"}) {
     EXPECT_NE(line.find(s), std::string::npos) << s << " in " << line;
   }
