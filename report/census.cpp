@@ -309,7 +309,7 @@ Section::Row census_row(const CensusEntry& entry, const RuleRecords* rule,
     ++library.cannot;
     ++counts.reasons[reason_class(entry.cannot_run)];
   } else if (!rule || rule->rates.empty()) {
-    cells[0] = fmt::format("pending ({} of 4 pairs)", rule ? rule->pending : 0);
+    cells[0] = fmt::format("pending ({} of 5 pairs)", rule ? rule->pending : 0);
   } else {
     judged_cells(entry, *rule, counts, &cells, &row.figures);
   }
