@@ -194,6 +194,7 @@ void measure_separation(const Five& f, double floor, Verdict& v) {
 // The commutation ratio: gauge error / round trip's, step by step.
 void measure_commutation(const Five& f, double floor, Verdict& v) {
   v.commutation_ratio = kNaN;
+  v.commutation_floor = floor;
   if (!v.commutation_measured)
     return;
   const auto& g = f.gauge->commutation;
@@ -228,7 +229,7 @@ Verdict measure(const Five& f) {
     v.identity_max = identity_commutation;
   measure_onset(f, v);
   measure_separation(f, floor, v);
-  measure_commutation(f, floor, v);
+  measure_commutation(f, kUpdateRounding * floor, v);
   v.gauge_step0 = twins::drift_at(*f.gauge, 0);
   v.roundtrip_step0 = twins::drift_at(*f.roundtrip, 0);
   v.gauge_final = twins::final_drift(*f.gauge);
@@ -359,11 +360,12 @@ std::string format_verdict_line(const Verdict& v) {
         twins::format_drift(v.gauge_at), twins::format_drift(v.roundtrip_at),
         twins::format_drift(v.roundtrip_onset));
     if (v.commutation_measured) {
-      line += fmt::format("; commutation {} at step {} ({} / {})",
-                          format_ratio(v.commutation_ratio),
-                          v.commutation_step,
-                          twins::format_drift(v.commutation_gauge),
-                          twins::format_drift(v.commutation_roundtrip));
+      line += fmt::format(
+          "; commutation {} at step {} ({} / round trip {}, floor {})",
+          format_ratio(v.commutation_ratio), v.commutation_step,
+          twins::format_drift(v.commutation_gauge),
+          twins::format_drift(v.commutation_roundtrip),
+          twins::format_drift(v.commutation_floor));
     }
     line += fmt::format("; final: gauge {}, round trip {}",
                         twins::format_drift(v.gauge_final),

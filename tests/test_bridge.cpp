@@ -799,7 +799,7 @@ TEST(BridgeCli, VerdictOfTorchRulesWithOptArgs) {
   EXPECT_TRUE(contains(
       o.out, "torch:SGD{\"momentum\":0.9,\"weight_decay\":0} equivariant"))
       << o.out;
-  EXPECT_EQ(count_lines(slurp(dir / "v.jsonl")), 8);
+  EXPECT_EQ(count_lines(slurp(dir / "v.jsonl")), 10);
   fs::remove_all(dir);
 }
 

@@ -129,7 +129,9 @@ TEST(Verdict, AdamLikeRecordsAreBasisDependent) {
   // 3.9e-3 / 2.9e-7 at step 1; 0.1 / 1e-6 at step 10, the largest.
   EXPECT_EQ(v.separation_step, 10);
   EXPECT_NEAR(v.separation, 0.1 / 1e-6, 1e-6);
-  EXPECT_NEAR(v.commutation_ratio, 0.6 / 2e-7, 1e-3);
+  // 0.6 over the floor of the round trip's 2e-7: 1000 unit roundoffs.
+  EXPECT_NEAR(v.commutation_ratio, 0.6 / (1000 * std::ldexp(1.0, -24)),
+              1e-6);
   // The 1e-5 twin's ratio is kept, as a record of sensitivity.
   EXPECT_NEAR(v.onset_ratio_step1, 3.9e-3 / 2.9e-5, 1e-9);
   EXPECT_EQ(v.gauge_final, 0.81);
@@ -137,8 +139,9 @@ TEST(Verdict, AdamLikeRecordsAreBasisDependent) {
   for (const char* s :
        {"adam", "basis-dependent", "moved at step 1",
         "separation 1e+05x at step 10", "gauge 1.0e-01 / round trip 1.0e-06",
-        "round trip at onset 2.9e-07", "commutation 3e+06x at step 1",
-        "(6.0e-01 / 2.0e-07)", "identity 0", "134x the 1e-5 twin"}) {
+        "round trip at onset 2.9e-07", "commutation 10066x at step 1",
+        "(6.0e-01 / round trip 2.0e-07, floor 6.0e-05)", "identity 0",
+        "134x the 1e-5 twin"}) {
     EXPECT_NE(line.find(s), std::string::npos) << s << " in " << line;
   }
 }
@@ -203,11 +206,12 @@ TEST(Verdict, TheSeparationThresholdIsStrictlyAboveTenTimes) {
 
 TEST(Verdict, ASeparationWhoseUpdateCommutesIsUndetermined) {
   auto records = adam_like();
-  records[0].commutation.errors.assign(10, 2e-6);  // 10x the round trip's
+  records[2].commutation.errors.assign(10, 1e-4);
+  records[0].commutation.errors.assign(10, 1e-3);  // 10x the round trip's
   const auto v = report::judge(records);
   EXPECT_EQ(v.verdict, VerdictClass::kUndetermined);
   EXPECT_TRUE(v.disagree);
-  records[0].commutation.errors[3] = 2.1e-6;  // above 10x at step 4
+  records[0].commutation.errors[3] = 1.01e-3;  // above 10x at step 4
   const auto b = report::judge(records);
   EXPECT_EQ(b.verdict, VerdictClass::kBasisDependent);
   EXPECT_EQ(b.commutation_step, 4);
@@ -217,7 +221,7 @@ TEST(Verdict, ASeparationWhoseUpdateCommutesIsUndetermined) {
 TEST(Verdict, ASeparationLateInTheRunCounts) {
   auto records = scalar_adam_like();
   records[0].curve[6].logit_drift = 1.1e-4;  // 11x the round trip at 600
-  records[0].commutation.errors[9] = 1e-5;
+  records[0].commutation.errors[9] = 1e-2;
   const auto v = report::judge(records);
   EXPECT_EQ(v.verdict, VerdictClass::kBasisDependent);
   EXPECT_EQ(v.separation_step, 600);
@@ -264,6 +268,22 @@ TEST(Verdict, AZeroRoundTripIsFlooredAtTheUnitRoundoff) {
     r.spec.dtype = torch::kFloat;
   EXPECT_NEAR(report::judge(records).separation,
               5e-16 / std::ldexp(1.0, -24), 1e-15);
+}
+
+// An update computed in another basis rounds differently everywhere: the
+// commutation ratio's denominator is at least 1000 unit roundoffs, however
+// exactly the round trip commutes.
+TEST(Verdict, TheCommutationIsFlooredAtTheRoundingOfAnUpdate) {
+  auto records = scalar_adam_like();
+  records[2].commutation.errors.assign(10, 0.0);
+  records[0].commutation.errors.assign(10, 500 * std::ldexp(1.0, -24));
+  auto v = report::judge(records);
+  EXPECT_NEAR(v.commutation_ratio, 0.5, 1e-12);
+  EXPECT_EQ(v.verdict, VerdictClass::kEquivariant);
+  records[0].commutation.errors[2] = 10001 * std::ldexp(1.0, -24);
+  v = report::judge(records);
+  EXPECT_EQ(v.verdict, VerdictClass::kUndetermined);  // the drift does not
+  EXPECT_EQ(v.commutation_step, 3);
 }
 
 // Records written before the commutation check: the separation decides,
@@ -893,7 +913,7 @@ TEST(Census, ADisagreementSaysWhatTheTwinsMeasure) {
   EXPECT_NE(notes.find("Not as predicted (1): lib equal: predicted "
                        "basis-dependent, measured equivariant — moved at "
                        "step 1; separation 2x at step 10 (gauge 2e-06 / round "
-                       "trip 1e-06); commutation 1.5x at step 1 (3e-06 / "
+                       "trip 1e-06); commutation 0.05x at step 1 (3e-06 / "
                        "2e-06)."),
             std::string::npos)
       << notes;

@@ -958,11 +958,11 @@ TEST(TableCommand, ListShowsEveryTableWithPairsStepsAndAnEstimate) {
   EXPECT_NE(o.out.find("multiseed            17     25   1500"),
             std::string::npos)
       << o.out;
-  EXPECT_NE(o.out.find("zoo                  40     50   1500"),
+  EXPECT_NE(o.out.find("zoo                  50     60   1500"),
             std::string::npos)
       << o.out;
   const Outcome unshared = twin_run("table --list --no-share", dir);
-  EXPECT_NE(unshared.out.find("zoo                  40     80   1500"),
+  EXPECT_NE(unshared.out.find("zoo                  50    100   1500"),
             std::string::npos)
       << unshared.out;
   EXPECT_NE(o.out.find(" min"), std::string::npos);

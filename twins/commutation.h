@@ -3,10 +3,10 @@
 // G(state), the update G(its update from the state). Copy 2 of a gauge twin
 // starts at G(copy 1), so at each step its update dW2 is compared with G dW1
 // (for the twins that rotate nothing, G is the identity: the update's own
-// sensitivity to the twin's perturbation). The error of a step is the
-// largest over parameters of ||dW2 - G dW1||_F / max(||dW1||_F, ||dW2||_F),
-// in float64: 0 for equal updates, at most 2, and a rule's rounding in
-// between for an equivariant one.
+// sensitivity to the twin's perturbation). The error of a step, with every
+// parameter's update taken as one vector, is ||dW2 - G dW1|| / max(||dW1||,
+// ||dW2||), in float64: 0 for equal updates, at most 2, and a rule's
+// rounding in between for an equivariant one.
 #pragma once
 
 #include <torch/torch.h>

@@ -65,9 +65,10 @@ CurvePoint compare(const Evaluation& e1, const model::Transformer& m1,
                    int64_t step, bool vo = false);
 
 // The commutation check of docs/protocol.md §6: from the step copy 1 first
-// moves, at each of kCommutationSteps steps, the largest relative
-// difference over parameters between the twin's update and copy 1's update
-// mapped by the twin's gauge (the identity for twins that rotate nothing).
+// moves, at each of kCommutationSteps steps, the relative difference
+// between the twin's update and copy 1's update mapped by the twin's gauge
+// (the identity for twins that rotate nothing), every parameter as one
+// vector.
 constexpr int64_t kCommutationSteps = 10;
 struct Commutation {
   bool measured = false;  // records written before the check carry none
