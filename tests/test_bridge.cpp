@@ -775,7 +775,7 @@ TEST(BridgeCli, AShortCensusOfEveryLibraryJudgesTheCertainRules) {
   ASSERT_EQ(o.code, 0) << o.err;
   const std::string md = slurp(dir / "s.md");
   EXPECT_TRUE(contains(md, "10 rules judged")) << md;
-  EXPECT_EQ(count_lines(slurp(dir / "s.jsonl")), 40);  // one rate each
+  EXPECT_EQ(count_lines(slurp(dir / "s.jsonl")), 50);  // one rate each
   EXPECT_TRUE(contains(md, "Every judged rule measured as predicted.")) << md;
   for (const char* library : {"pytorch_optimizer ", "timm ", "heavyball ",
                               "torch-optimizer ", "schedulefree ",
