@@ -381,7 +381,7 @@ std::vector<CensusPoint> census_points(const Records& all) {
         {library_label(entry),
          entry.aliases.empty() ? entry.opt : entry.aliases.front(),
          measured_class(v).empty() ? verdict_label(v) : measured_class(v),
-         v.separation});
+         entry.table3, v.separation, v.dtype});
   }
   return points;
 }

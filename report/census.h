@@ -50,7 +50,9 @@ struct CensusPoint {
   std::string library;  // "timm 1.0.31"
   std::string rule;     // its first registry name
   std::string verdict;  // equivariant, basis-dependent, or another label
+  std::string predicted;  // on the Table-3 model; empty when unknown
   double separation = 0;  // the verdict's: gauge / round trip
+  std::string dtype;      // the records' ("float32", "float64")
 };
 
 // Every rule the records judge (failed ones left out), in the census's

@@ -658,9 +658,14 @@ PlotFiles plot_census(const std::vector<PairResult>& results,
   PlotFiles f = one_figure_files(out);
   // Columns: equivariant 0, basis-dependent 1, anything else 2; each point
   // spread across its column by its place in the census (deterministic).
+  // The colour is the predicted class, the point type the library; a rule
+  // measured in the other class than predicted is named beside its point.
+  constexpr int kEquivariantColour = 0x1f77b4, kDependentColour = 0xd62728,
+                kUnknownColour = 0x7f7f7f;
   std::vector<std::string> libraries;
   std::map<std::string, std::string> blocks;
   std::map<std::string, size_t> seen;
+  std::string named;
   for (const CensusPoint& p : points) {
     if (!blocks.count(p.library))
       libraries.push_back(p.library);
@@ -672,33 +677,57 @@ PlotFiles plot_census(const std::vector<PairResult>& results,
     const double y = std::isfinite(p.separation) && p.separation > 0
                          ? p.separation
                          : 1e-3;  // an exact zero, drawn at the floor
-    blocks[p.library] += fmt::format("{:.4f} {:.6e} {}\n", x, y,
-                                     gp_string(p.rule));
+    const int colour = p.predicted == "equivariant"       ? kEquivariantColour
+                       : p.predicted == "basis-dependent" ? kDependentColour
+                                                          : kUnknownColour;
+    blocks[p.library] +=
+        fmt::format("{:.4f} {:.6e} {} {}\n", x, y, colour, gp_string(p.rule));
+    if (column < 2 && !p.predicted.empty() && p.predicted != p.verdict)
+      named += fmt::format("{:.4f} {:.6e} {}\n", x, y, gp_string(p.rule));
   }
   std::string data = fmt::format(
-      "# {}\n# census: x (verdict column) separation rule, one "
-      "block per library\n",
+      "# {}\n# census: x (verdict column) separation colour rule, one "
+      "block per library, then the rules not as predicted\n",
       title);
   std::vector<std::string> clauses;
   const std::string dat = gp_string(file_name(f.drift_data));
+  constexpr int kPointTypes[] = {7, 5, 9, 11, 13, 15, 1, 2, 3, 4, 6, 8};
   for (size_t i = 0; i < libraries.size(); ++i) {
     data += blocks[libraries[i]] + "\n\n";
     clauses.push_back(fmt::format(
-        "{} index {} using 1:2 with points pt 7 ps 0.8 lc {} title {}",
-        i == 0 ? dat : "''", i, i + 1, gp_string(libraries[i])));
+        "{} index {} using 1:2:3 with points pt {} ps 0.9 lc rgb variable "
+        "title {}",
+        i == 0 ? dat : "''", i, kPointTypes[i % std::size(kPointTypes)],
+        gp_string(libraries[i])));
   }
+  if (!named.empty()) {
+    data += named + "\n\n";
+    clauses.push_back(fmt::format(
+        "'' index {} using 1:2:3 with labels left offset 0.6,0 font \",7\" "
+        "notitle",
+        libraries.size()));
+  }
+  clauses.push_back(fmt::format(
+      "NaN with points pt 7 lc rgb \"#{:06x}\" title \"predicted "
+      "equivariant\"",
+      kEquivariantColour));
+  clauses.push_back(fmt::format(
+      "NaN with points pt 7 lc rgb \"#{:06x}\" title \"predicted "
+      "basis-dependent\"",
+      kDependentColour));
   clauses.push_back("10 with lines dt 2 lc rgb \"#666666\" title \"10x\"");
+  const std::string dtype = points.front().dtype;
   const std::string gp = fmt::format(
       "# Drawn by twin-run table census --plot; rerun with: gnuplot {}\n"
       "set encoding utf8\n{}\nset output {}\n"
       "set title {}\nset logscale y\nset format y \"1e%T\"\n"
-      "set xrange [-0.6:2.6]\nset xtics (\"equivariant\" 0, "
-      "\"basis-dependent\" 1, \"other\" 2)\n"
-      "set ylabel \"separation (gauge / round trip)\"\n"
+      "set xrange [-0.6:2.9]\nset xtics (\"measured equivariant\" 0, "
+      "\"measured basis-dependent\" 1, \"other\" 2)\n"
+      "set ylabel \"separation, {} (gauge / round trip)\"\n"
       "set grid ytics\nset key outside right top font \",9\"\n{}\n"
       "unset output\n",
-      file_name(f.script), terminal(ext, 1040, 600),
-      gp_string(file_name(out)), two_line_title(title),
+      file_name(f.script), terminal(ext, 1200, 650),
+      gp_string(file_name(out)), two_line_title(title), dtype,
       plot_command(clauses));
   write_text_atomically(f.drift_data, data);
   write_text_atomically(f.script, gp);

@@ -46,9 +46,11 @@ PlotFiles plot_dial(const std::vector<twins::PairResult>& results,
 PlotFiles plot_merge(const std::vector<twins::PairResult>& results,
                      const std::string& out, const std::string& title);
 
-// The census (docs/results.md): every judged rule's step-1 onset ratio
-// (gauge / noise 1e-5) on a log axis, one column per measured verdict, one
-// colour per library, the verdict's threshold (10x) as a line. Writes
+// The census (docs/results.md): every judged rule's separation (the
+// verdict's gauge / round trip, in the records' dtype) on a log axis, one
+// column per measured verdict, coloured by the class predicted, one point
+// type per library, the rules measured in the other class than predicted
+// named, the verdict's threshold (10x) as a line. Writes
 // OUT.gp and OUT.dat beside `out` and draws it like plot_results. Throws
 // when no rule is judged.
 PlotFiles plot_census(const std::vector<twins::PairResult>& results,

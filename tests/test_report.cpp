@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 #include <string>
 
 #include "binary_helpers.h"
@@ -935,6 +936,76 @@ TEST(Census, ADisagreementSaysWhatTheTwinsMeasure) {
   EXPECT_EQ(row("built").labels[3],
             "cannot run here: cannot be built from its defaults (TypeError: "
             "B.__init__() missing 1 required positional argument: 'n')");
+}
+
+// The census figure shows what decides each verdict: the separation per
+// rule, coloured by the predicted class, a point type per library, and the
+// rules that disagree named beside their points.
+TEST(Census, TheFigureColoursByPredictionAndNamesTheDisagreements) {
+  const std::vector<double> noise5(9, 1e-3);
+  const std::vector<double> trip = {2.4e-7, 3e-7, 1e-6, 5e-6, 1e-5,
+                                    1e-5,   1e-5, 1e-5, 1e-5};
+  report::Records all;
+  for (const auto& [rule, gauge] :
+       std::vector<std::pair<std::string, double>>{{"adamish", 1e-2},
+                                                   {"sgdish", 1e-6},
+                                                   {"oddish", 1e-6}}) {
+    for (PairResult& r :
+         five(rule, std::vector<double>(9, gauge), trip, noise5,
+              std::vector<double>(10, gauge > 1e-4 ? 0.5 : 1e-6),
+              std::vector<double>(10, 1e-6)))
+      all.push_back(r);
+  }
+  report::set_census_source([] {
+    std::vector<report::CensusEntry> entries;
+    for (const auto& [opt, library, predicted] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"adamish", "liba", "basis-dependent"},
+             {"sgdish", "libb", "equivariant"},
+             {"oddish", "libb", "basis-dependent"}}) {
+      report::CensusEntry e;
+      e.library = library;
+      e.version = "1";
+      e.aliases = {opt};
+      e.opt = opt;
+      e.predicted = e.table3 = predicted;
+      entries.push_back(e);
+    }
+    return entries;
+  });
+  const fs::path dir = fresh_dir("census-figure");
+  const report::PlotFiles f =
+      report::plot_census(all, (dir / "c.svg").string(), "census");
+  report::set_census_source(nullptr);
+  const std::string gp = slurp(f.script), dat = slurp(f.drift_data);
+  // Two libraries, two point types; the colours of the two classes.
+  EXPECT_NE(gp.find("title \"liba 1\""), std::string::npos) << gp;
+  EXPECT_NE(gp.find("title \"libb 1\""), std::string::npos) << gp;
+  EXPECT_NE(gp.find("pt 7 ps 0.9 lc rgb variable"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("pt 5 ps 0.9 lc rgb variable"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("predicted basis-dependent"), std::string::npos) << gp;
+  EXPECT_NE(gp.find("separation, float32"), std::string::npos) << gp;
+  // adamish: 1e-2 over the round trip's 1e-5 at its largest, red;
+  // sgdish: blue; oddish (measured equivariant, predicted
+  // basis-dependent) is named in the last block, and only it.
+  EXPECT_NE(dat.find(fmt::format("{:.6e} {} \"adamish\"", 1e-2 / 3e-7,
+                                 0xd62728)),
+            std::string::npos)
+      << dat;
+  EXPECT_NE(dat.find(fmt::format("{} \"sgdish\"", 0x1f77b4)),
+            std::string::npos)
+      << dat;
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = dat.find(what); at != std::string::npos;
+         at = dat.find(what, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("\"oddish\""), 2u) << dat;  // its point, and its name
+  EXPECT_EQ(count("\"sgdish\""), 1u) << dat;
+  EXPECT_EQ(count("\"adamish\""), 1u) << dat;
+  fs::remove_all(dir);
 }
 
 }  // namespace
