@@ -221,12 +221,13 @@ Verdict measure(const Five& f) {
   v.dtype = twins::dtype_name(f.gauge->spec.dtype);
   const double floor = unit_roundoff(f.gauge->spec);
   v.identity_max = twins::largest_drift(*f.identity);
-  const double identity_commutation = f.identity->commutation.largest();
-  if (!std::isnan(identity_commutation) && !std::isnan(v.identity_max))
-    v.identity_max = std::max(v.identity_max, identity_commutation);
-  else if (std::isnan(identity_commutation) &&
-           !f.identity->commutation.errors.empty())
-    v.identity_max = identity_commutation;
+  // Its commutation errors too; a NaN anywhere stays NaN (diverged).
+  if (!f.identity->commutation.errors.empty()) {
+    const double c = f.identity->commutation.largest();
+    v.identity_max = std::isnan(c) || std::isnan(v.identity_max)
+                         ? kNaN
+                         : std::max(v.identity_max, c);
+  }
   measure_onset(f, v);
   measure_separation(f, floor, v);
   measure_commutation(f, kUpdateRounding * floor, v);
