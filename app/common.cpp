@@ -1,6 +1,7 @@
 #include "app/common.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> only before fmt 11)
 
 #include "bridge/bridge.h"
 #include "bridge/census.h"
@@ -19,7 +20,12 @@ void write_aggregate(const sweep::CommandOutcome& outcome, bool plot) {
   report::Aggregate a = report::aggregate(report::parse_layout(outcome.layout),
                                           results, expected);
   a.notes.insert(a.notes.end(), outcome.notes.begin(), outcome.notes.end());
-  report::write_outputs(a, results, outcome.summary_stem, plot, a.title);
+  // A figure leaves the notes behind: its title says how one table's run
+  // is not the paper's configuration (its steps, its dtype).
+  std::string title = a.title;
+  if (expected.size() == 1 && !expected.front().deviations.empty())
+    title += fmt::format(" ({})", fmt::join(expected.front().deviations, ", "));
+  report::write_outputs(a, results, outcome.summary_stem, plot, title);
 }
 
 sweep::CommandRequest with_python_rules(sweep::CommandRequest request,

@@ -650,18 +650,26 @@ std::string two_line_title(const std::string& title) {
          gp_string(title.substr(cut + 2)).substr(1);
 }
 
-PlotFiles plot_census(const std::vector<PairResult>& results,
-                      const std::string& out, const std::string& title) {
-  const std::string ext = figure_extension(out);
-  const std::vector<CensusPoint> points = census_points(results);
-  TORCH_CHECK(!points.empty(), "No judged census rule to plot");
-  PlotFiles f = one_figure_files(out);
-  // Columns: equivariant 0, basis-dependent 1, anything else 2; each point
-  // spread across its column by its place in the census (deterministic).
-  // The colour is the predicted class, the point type the library; a rule
-  // measured in the other class than predicted is named beside its point.
-  constexpr int kEquivariantColour = 0x1f77b4, kDependentColour = 0xd62728,
-                kUnknownColour = 0x7f7f7f;
+namespace {
+
+// The census figure's colours: the predicted class.
+constexpr int kEquivariantColour = 0x1f77b4, kDependentColour = 0xd62728,
+              kUnknownColour = 0x7f7f7f;
+
+// One panel of the census figure: its data blocks (from index `first` of
+// the data file on) and its plot command.
+struct CensusPanel {
+  std::string data;
+  std::string plot;
+  size_t blocks = 0;
+};
+
+// Columns: equivariant 0, basis-dependent 1, anything else 2; each point
+// spread across its column by its place in the census (deterministic).
+// The colour is the predicted class, the point type the library; a rule
+// measured in the other class than predicted is named beside its point.
+CensusPanel census_panel(const std::vector<CensusPoint>& points,
+                         const std::string& dat, size_t first) {
   std::vector<std::string> libraries;
   std::map<std::string, std::string> blocks;
   std::map<std::string, size_t> seen;
@@ -685,27 +693,25 @@ PlotFiles plot_census(const std::vector<PairResult>& results,
     if (column < 2 && !p.predicted.empty() && p.predicted != p.verdict)
       named += fmt::format("{:.4f} {:.6e} {}\n", x, y, gp_string(p.rule));
   }
-  std::string data = fmt::format(
-      "# {}\n# census: x (verdict column) separation colour rule, one "
-      "block per library, then the rules not as predicted\n",
-      title);
+  CensusPanel panel;
   std::vector<std::string> clauses;
-  const std::string dat = gp_string(file_name(f.drift_data));
   constexpr int kPointTypes[] = {7, 5, 9, 11, 13, 15, 1, 2, 3, 4, 6, 8};
   for (size_t i = 0; i < libraries.size(); ++i) {
-    data += blocks[libraries[i]] + "\n\n";
+    panel.data += blocks[libraries[i]] + "\n\n";
     clauses.push_back(fmt::format(
         "{} index {} using 1:2:3 with points pt {} ps 0.9 lc rgb variable "
         "title {}",
-        i == 0 ? dat : "''", i, kPointTypes[i % std::size(kPointTypes)],
-        gp_string(libraries[i])));
+        i == 0 ? dat : "''", first + i,
+        kPointTypes[i % std::size(kPointTypes)], gp_string(libraries[i])));
   }
+  panel.blocks = libraries.size();
   if (!named.empty()) {
-    data += named + "\n\n";
+    panel.data += named + "\n\n";
     clauses.push_back(fmt::format(
         "'' index {} using 1:2:3 with labels left offset 0.6,0 font \",7\" "
         "notitle",
-        libraries.size()));
+        first + panel.blocks));
+    ++panel.blocks;
   }
   clauses.push_back(fmt::format(
       "NaN with points pt 7 lc rgb \"#{:06x}\" title \"predicted "
@@ -716,19 +722,62 @@ PlotFiles plot_census(const std::vector<PairResult>& results,
       "basis-dependent\"",
       kDependentColour));
   clauses.push_back("10 with lines dt 2 lc rgb \"#666666\" title \"10x\"");
-  const std::string dtype = points.front().dtype;
+  panel.plot = fmt::format(
+      "set ylabel \"separation, {} (gauge / round trip)\"\n{}\n",
+      points.front().dtype, plot_command(clauses));
+  return panel;
+}
+
+}  // namespace
+
+PlotFiles plot_census(const std::vector<PairResult>& results,
+                      const std::string& out, const std::string& title) {
+  const std::string ext = figure_extension(out);
+  // One panel per dtype (a census run in both precisions), each judged on
+  // its own records: float32 above float64.
+  std::map<std::string, std::vector<PairResult>> by_dtype;
+  for (const PairResult& r : results)
+    by_dtype[twins::dtype_name(r.spec.dtype)].push_back(r);
+  PlotFiles f = one_figure_files(out);
+  const std::string dat = gp_string(file_name(f.drift_data));
+  std::string data = fmt::format(
+      "# {}\n# census: x (verdict column) separation colour rule, one "
+      "block per library, then the rules not as predicted; one panel per "
+      "dtype\n",
+      title);
+  std::vector<CensusPanel> panels;
+  size_t blocks = 0;
+  for (const auto& [dtype, records] : by_dtype) {
+    const std::vector<CensusPoint> points = census_points(records);
+    if (points.empty())
+      continue;
+    panels.push_back(census_panel(points, dat, blocks));
+    blocks += panels.back().blocks;
+    data += panels.back().data;
+  }
+  TORCH_CHECK(!panels.empty(), "No judged census rule to plot");
+  const int rows = static_cast<int>(panels.size());
+  std::string plots;
+  if (rows > 1) {
+    plots += fmt::format("set multiplot layout {},1 title {}\n", rows,
+                         two_line_title(title));
+  } else {
+    plots += fmt::format("set title {}\n", two_line_title(title));
+  }
+  for (const CensusPanel& p : panels)
+    plots += p.plot;
+  if (rows > 1)
+    plots += "unset multiplot\n";
   const std::string gp = fmt::format(
       "# Drawn by twin-run table census --plot; rerun with: gnuplot {}\n"
       "set encoding utf8\n{}\nset output {}\n"
-      "set title {}\nset logscale y\nset format y \"1e%T\"\n"
+      "set logscale y\nset format y \"1e%T\"\n"
       "set xrange [-0.6:2.9]\nset xtics (\"measured equivariant\" 0, "
       "\"measured basis-dependent\" 1, \"other\" 2)\n"
-      "set ylabel \"separation, {} (gauge / round trip)\"\n"
-      "set grid ytics\nset key outside right top font \",9\"\n{}\n"
+      "set grid ytics\nset key outside right top font \",9\"\n{}"
       "unset output\n",
-      file_name(f.script), terminal(ext, 1200, 650),
-      gp_string(file_name(out)), two_line_title(title), dtype,
-      plot_command(clauses));
+      file_name(f.script), terminal(ext, 1200, 50 + 600 * rows),
+      gp_string(file_name(out)), plots);
   write_text_atomically(f.drift_data, data);
   write_text_atomically(f.script, gp);
   draw_files(f);

@@ -134,6 +134,15 @@ double unit_roundoff(const twins::PairSpec& spec) {
                                       : std::ldexp(1.0, -24);
 }
 
+// Keeps the largest of a series of ratios in `largest` (NaN before the
+// first): whether `ratio` is the new largest. A NaN ratio is skipped.
+bool new_largest(double ratio, double& largest) {
+  if (std::isnan(ratio) || (!std::isnan(largest) && !(ratio > largest)))
+    return false;
+  largest = ratio;
+  return true;
+}
+
 // The largest gauge / noise-1e-5 ratio at checkpoints 1..kEarlyLastStep.
 void measure_early_ratio(const Five& f, Verdict& verdict) {
   verdict.early_ratio = kNaN;
@@ -141,12 +150,8 @@ void measure_early_ratio(const Five& f, Verdict& verdict) {
     if (c.step < 1 || c.step > kEarlyLastStep)
       continue;
     const double ratio = c.logit_drift / twins::drift_at(*f.onset, c.step);
-    if (std::isnan(ratio))
-      continue;
-    if (std::isnan(verdict.early_ratio) || ratio > verdict.early_ratio) {
-      verdict.early_ratio = ratio;
+    if (new_largest(ratio, verdict.early_ratio))
       verdict.early_step = c.step;
-    }
   }
 }
 
@@ -180,10 +185,7 @@ void measure_separation(const Five& f, double floor, Verdict& v) {
       continue;
     const double rt = twins::drift_at(*f.roundtrip, point.step);
     const double ratio = point.logit_drift / std::max(rt, floor);
-    if (std::isnan(ratio))
-      continue;
-    if (std::isnan(v.separation) || ratio > v.separation) {
-      v.separation = ratio;
+    if (new_largest(ratio, v.separation)) {
       v.separation_step = point.step;
       v.gauge_at = point.logit_drift;
       v.roundtrip_at = rt;
@@ -191,24 +193,34 @@ void measure_separation(const Five& f, double floor, Verdict& v) {
   }
 }
 
+// The floor of step k's commutation ratio, for unit roundoff u: the
+// update's own rounding, kUpdateRounding u, and its rounding in the
+// weights' storage, kStorageRounding u / (its size relative to the
+// weights) where the record measured the size.
+double commutation_floor(const twins::Commutation& c, size_t k, double u) {
+  double floor = kUpdateRounding * u;
+  if (k < c.sizes.size() && c.sizes[k] > 0)
+    floor += kStorageRounding * u / c.sizes[k];
+  return floor;
+}
+
 // The commutation ratio: gauge error / round trip's, step by step.
-void measure_commutation(const Five& f, double floor, Verdict& v) {
+void measure_commutation(const Five& f, double u, Verdict& v) {
   v.commutation_ratio = kNaN;
-  v.commutation_floor = floor;
+  v.commutation_floor = kUpdateRounding * u;
   if (!v.commutation_measured)
     return;
   const auto& g = f.gauge->commutation;
   const auto& r = f.roundtrip->commutation;
   const size_t n = std::min(g.errors.size(), r.errors.size());
   for (size_t k = 0; k < n; ++k) {
+    const double floor = commutation_floor(g, k, u);
     const double ratio = g.errors[k] / std::max(r.errors[k], floor);
-    if (std::isnan(ratio))
-      continue;
-    if (std::isnan(v.commutation_ratio) || ratio > v.commutation_ratio) {
-      v.commutation_ratio = ratio;
+    if (new_largest(ratio, v.commutation_ratio)) {
       v.commutation_step = g.moved_at + static_cast<int64_t>(k);
       v.commutation_gauge = g.errors[k];
       v.commutation_roundtrip = r.errors[k];
+      v.commutation_floor = floor;
     }
   }
 }
@@ -230,7 +242,7 @@ Verdict measure(const Five& f) {
   }
   measure_onset(f, v);
   measure_separation(f, floor, v);
-  measure_commutation(f, kUpdateRounding * floor, v);
+  measure_commutation(f, floor, v);
   v.gauge_step0 = twins::drift_at(*f.gauge, 0);
   v.roundtrip_step0 = twins::drift_at(*f.roundtrip, 0);
   v.gauge_final = twins::final_drift(*f.gauge);

@@ -52,6 +52,12 @@ constexpr double kChaoticFinalDrift = 1e-2;  // round trip's final drift above
 // precisions (docs/protocol.md §10), while the round trip, which changes
 // few weights and no basis, can commute to far less.
 constexpr double kUpdateRounding = 1000;
+// And a second term, in unit roundoffs over the update's size relative to
+// the weights: each weight stores its update rounded to about half a unit
+// roundoff of the weight, independently in the two bases, about 0.8 u ||W||
+// in all (docs/protocol.md §10), which for a small update (a small rate)
+// exceeds the update's own rounding.
+constexpr double kStorageRounding = 10;
 // The sensitivity records (not the verdict): the largest gauge / noise-1e-5
 // ratio at checkpoints 1..kEarlyLastStep (the verdict's line before the
 // round trip), and the paper's tracking of the 1e-7 noise twin past
@@ -96,15 +102,15 @@ struct Verdict {
   double roundtrip_step0 = 0;
   double roundtrip_onset = 0;  // the round trip at the onset: the resolution
   // The commutation check: the largest ratio of the gauge twin's error to
-  // the round trip's (floored at kUpdateRounding unit roundoffs) over the
-  // steps
-  // measured, where, and the two errors there.
+  // the round trip's (floored at kUpdateRounding unit roundoffs, plus
+  // kStorageRounding over the update's relative size where measured) over
+  // the steps measured, where, and the two errors and the floor there.
   bool commutation_measured = false;
   double commutation_ratio = 0;
   int64_t commutation_step = -1;
   double commutation_gauge = 0;
   double commutation_roundtrip = 0;
-  double commutation_floor = 0;  // kUpdateRounding unit roundoffs
+  double commutation_floor = 0;  // at commutation_step (report/verdict.h)
   double gauge_final = 0;      // gauge twin, final drift (NaN if diverged)
   double roundtrip_final = 0;  // round trip, final drift
   // Sensitivity records: the 1e-5 noise twin (the paper's onset ratio at

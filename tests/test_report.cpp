@@ -218,6 +218,32 @@ TEST(Verdict, ASeparationWhoseUpdateCommutesIsUndetermined) {
   EXPECT_EQ(b.commutation_step, 4);
 }
 
+// An update much smaller than the weights is rounded by their storage, in
+// each basis its own way: kStorageRounding unit roundoffs over its relative
+// size join the floor, step by step, where the record measured the size.
+TEST(Verdict, TheWeightsStorageRoundingOfASmallUpdateIsFloored) {
+  const double u = std::ldexp(1.0, -24);  // float32 records
+  auto records = scalar_adam_like();
+  // The gauge twin's updates differ by 12000 unit roundoffs, 12x the floor
+  // of the update's own rounding...
+  const double error = 12000 * u;
+  records[0].commutation.errors.assign(10, error);
+  EXPECT_TRUE(report::judge(records).disagree);
+  // ...from updates 1e-2 of the weights: 1000 u more of storage rounding.
+  records[0].commutation.sizes.assign(10, 1e-2);
+  auto v = report::judge(records);
+  EXPECT_EQ(v.verdict, VerdictClass::kEquivariant);
+  EXPECT_NEAR(v.commutation_floor, (1000 + 10 / 1e-2) * u, 1e-18);
+  EXPECT_NEAR(v.commutation_ratio, error / ((1000 + 1000) * u), 1e-9);
+  // Larger updates, smaller storage rounding: the floor is the step's own.
+  records[0].commutation.sizes.assign(10, 1.0);
+  records[0].commutation.sizes[6] = 1e-2;
+  v = report::judge(records);
+  EXPECT_TRUE(v.disagree);
+  EXPECT_EQ(v.commutation_step, 1);
+  EXPECT_NEAR(v.commutation_floor, (1000 + 10) * u, 1e-18);
+}
+
 // The window is the run: a separation first seen at step 600 counts.
 TEST(Verdict, ASeparationLateInTheRunCounts) {
   auto records = scalar_adam_like();
@@ -1005,6 +1031,49 @@ TEST(Census, TheFigureColoursByPredictionAndNamesTheDisagreements) {
   EXPECT_EQ(count("\"oddish\""), 2u) << dat;  // its point, and its name
   EXPECT_EQ(count("\"sgdish\""), 1u) << dat;
   EXPECT_EQ(count("\"adamish\""), 1u) << dat;
+  EXPECT_EQ(gp.find("multiplot"), std::string::npos) << gp;
+
+  // The census in both precisions: one panel per dtype, each judged on its
+  // own records (mixed, the five twins of a rule would be ten), the second
+  // panel's blocks after the first's.
+  report::Records both = all;
+  for (PairResult r : all) {
+    r.spec.dtype = torch::kDouble;
+    both.push_back(r);
+  }
+  report::set_census_source([&] {
+    std::vector<report::CensusEntry> entries;
+    for (const auto& [opt, library, predicted] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"adamish", "liba", "basis-dependent"},
+             {"sgdish", "libb", "equivariant"},
+             {"oddish", "libb", "basis-dependent"}}) {
+      report::CensusEntry e;
+      e.library = library;
+      e.version = "1";
+      e.aliases = {opt};
+      e.opt = opt;
+      e.predicted = e.table3 = predicted;
+      entries.push_back(e);
+    }
+    return entries;
+  });
+  const report::PlotFiles g =
+      report::plot_census(both, (dir / "d.svg").string(), "census");
+  report::set_census_source(nullptr);
+  const std::string gp2 = slurp(g.script), dat2 = slurp(g.drift_data);
+  EXPECT_NE(gp2.find("set multiplot layout 2,1"), std::string::npos) << gp2;
+  EXPECT_LT(gp2.find("separation, float32"), gp2.find("separation, float64"))
+      << gp2;
+  // Three blocks a panel (two libraries, the names): the second's from 3.
+  EXPECT_NE(gp2.find("index 3 using 1:2:3 with points pt 7"),
+            std::string::npos)
+      << gp2;
+  EXPECT_NE(gp2.find("index 5 using 1:2:3 with labels"), std::string::npos)
+      << gp2;
+  // The same records in each precision: the same points twice.
+  const size_t header = dat.find('\n', dat.find('\n') + 1) + 1;
+  EXPECT_EQ(dat2, dat + dat.substr(header)) << dat2;
   fs::remove_all(dir);
 }
 

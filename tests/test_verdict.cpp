@@ -123,9 +123,10 @@ sweep::PlanRequest small(const std::string& dtype, int64_t steps = 20) {
 }
 
 report::Verdict verdict_of(const std::string& opt, const std::string& dtype,
-                           int64_t steps = 20) {
+                           int64_t steps = 20, double lr = 0) {
   sweep::PlanRequest r = small(dtype, steps);
   r.opts = {opt};
+  r.lr = lr;
   const auto verdicts =
       report::judge_all(twins::run_group(sweep::verdict_specs(r)));
   EXPECT_EQ(verdicts.size(), 1u) << opt;
@@ -171,7 +172,8 @@ TEST(RoundTrip, IsCopyOneUpToTheRotationsRounding) {
 }
 
 // The error of a step: 0 for G dW1 itself, 2 for its negative, and under a
-// gauge the rotation of dW1 (not dW1) is what commutes.
+// gauge the rotation of dW1 (not dW1) is what commutes; the size is the
+// larger update over the larger weights.
 TEST(Commutation, TheErrorOfAStepComparesTheUpdateWithTheMappedOne) {
   sweep::PlanRequest r = small("float64", 1);
   r.opts = {"sgd"};
@@ -202,20 +204,33 @@ TEST(Commutation, TheErrorOfAStepComparesTheUpdateWithTheMappedOne) {
       after2_neg.push_back(-m[i].detach());
     }
   }
-  EXPECT_LT(twins::commutation_error(before1, after1, before2, after2, g,
-                                     scratch),
-            1e-14);
-  EXPECT_NEAR(twins::commutation_error(before1, after1, before2, after2_neg,
-                                       g, scratch),
+  const twins::StepCommutation same =
+      twins::commutation_step(before1, after1, before2, after2, g, scratch);
+  EXPECT_LT(same.error, 1e-14);
+  EXPECT_NEAR(twins::commutation_step(before1, after1, before2, after2_neg, g,
+                                      scratch)
+                  .error,
               2.0, 1e-12);
   // Without the gauge, the rotated update is not copy 1's.
-  EXPECT_GT(twins::commutation_error(before1, after1, before2, after2, {},
-                                     scratch),
-            0.1);
-  // Nothing moved: 0.
-  EXPECT_EQ(twins::commutation_error(before1, before1, before2, before2, g,
-                                     scratch),
-            0.0);
+  EXPECT_GT(
+      twins::commutation_step(before1, after1, before2, after2, {}, scratch)
+          .error,
+      0.1);
+  // Nothing moved: 0, of size 0.
+  const twins::StepCommutation still =
+      twins::commutation_step(before1, before1, before2, before2, g, scratch);
+  EXPECT_EQ(still.error, 0.0);
+  EXPECT_EQ(still.size, 0.0);
+  // Copy 2's weights are its update (before2 = 0), smaller than copy 1's:
+  // the size is ||dW1|| / ||W1 after||.
+  double update = 0, weights = 0;
+  for (size_t i = 0; i < before1.size(); ++i) {
+    update += (after1[i] - before1[i]).pow(2).sum().item<double>();
+    weights += after1[i].pow(2).sum().item<double>();
+  }
+  EXPECT_NEAR(same.size, std::sqrt(update / weights), 1e-12 * same.size);
+  EXPECT_GT(same.size, 1e-4);  // a 1e-3 update of weights of order 0.1
+  EXPECT_LT(same.size, 1e-1);
 }
 
 // A pair's record carries the check: where copy 1 moved and one error per
@@ -233,6 +248,9 @@ TEST(Commutation, TheRecordCarriesItAndReadsItBack) {
     const PairResult back = twins::from_json(twins::to_json(p));
     EXPECT_EQ(back.commutation.moved_at, 12);
     EXPECT_EQ(back.commutation.errors, p.commutation.errors);
+    ASSERT_EQ(p.commutation.sizes.size(), 1u);
+    EXPECT_GT(p.commutation.sizes[0], 0.0);
+    EXPECT_EQ(back.commutation.sizes, p.commutation.sizes);
   }
   EXPECT_EQ(results[1].commutation.errors[0], 0.0);  // identity
   EXPECT_LT(results[0].commutation.errors[0], 1e-12);
@@ -240,7 +258,15 @@ TEST(Commutation, TheRecordCarriesItAndReadsItBack) {
   nlohmann::json old = twins::to_json(results[0]);
   old.erase("commutation");
   EXPECT_FALSE(twins::from_json(old).commutation.measured);
+  // Nor do a record's sizes from before they were measured.
+  old = twins::to_json(results[0]);
+  old["commutation"].erase("sizes");
+  EXPECT_TRUE(twins::from_json(old).commutation.sizes.empty());
+  EXPECT_EQ(twins::from_json(old).commutation.errors,
+            results[0].commutation.errors);
   // Malformed: named.
+  old["commutation"]["sizes"] = {1e-3, 1e-3};
+  EXPECT_THROW(twins::from_json(old), c10::Error);
   old["commutation"] = {{"moved_at", 0}, {"errors", nlohmann::json::array()}};
   EXPECT_THROW(twins::from_json(old), c10::Error);
 }
@@ -308,6 +334,27 @@ TEST(VerdictOfKnownRules, BuiltInRulesOfProvenClassInBothPrecisions) {
                 f.verdict == VerdictClass::kUnresolved)
         << said(f);
   }
+}
+
+// A small rate: SGD's updates are about 1e-7 of the weights, and each
+// weight stores its update rounded in its own basis, far above the update's
+// own rounding. The storage term of the floor keeps that from reading as a
+// basis dependence; Adam at the same rate still separates and does not
+// commute. Float64 only: in float32 that rounding is about the update
+// itself.
+TEST(VerdictOfKnownRules, ASmallRateIsJudgedAboveTheWeightsStorageRounding) {
+  const double u = std::ldexp(1.0, -53);
+  const auto sgd = verdict_of("sgd", "float64", 20, 1e-5);
+  EXPECT_EQ(sgd.verdict, VerdictClass::kEquivariant) << said(sgd);
+  // The storage term decides the floor: without it (1000 u alone) the
+  // gauge twin's error would be more than 10x over it.
+  EXPECT_GT(sgd.commutation_floor, 100 * report::kUpdateRounding * u)
+      << said(sgd);
+  EXPECT_GT(sgd.commutation_gauge, 10 * report::kUpdateRounding * u)
+      << said(sgd);
+  const auto adam = verdict_of("adam", "float64", 20, 1e-5);
+  EXPECT_EQ(adam.verdict, VerdictClass::kBasisDependent) << said(adam);
+  EXPECT_GT(adam.commutation_ratio, 1e3) << said(adam);
 }
 
 }  // namespace

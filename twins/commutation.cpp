@@ -24,14 +24,15 @@ bool has_sides(const GaugeDraw& gauge) {
 
 }  // namespace
 
-double commutation_error(const std::vector<torch::Tensor>& before1,
-                         const std::vector<torch::Tensor>& after1,
-                         const std::vector<torch::Tensor>& before2,
-                         const std::vector<torch::Tensor>& after2,
-                         const GaugeDraw& gauge, model::Transformer& scratch) {
+StepCommutation commutation_step(const std::vector<torch::Tensor>& before1,
+                                 const std::vector<torch::Tensor>& after1,
+                                 const std::vector<torch::Tensor>& before2,
+                                 const std::vector<torch::Tensor>& after2,
+                                 const GaugeDraw& gauge,
+                                 model::Transformer& scratch) {
   const size_t n = before1.size();
   TORCH_CHECK(after1.size() == n && before2.size() == n && after2.size() == n,
-              "commutation_error: ", n, ", ", after1.size(), ", ",
+              "commutation_step: ", n, ", ", after1.size(), ", ",
               before2.size(), " and ", after2.size(), " parameters");
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> d1(n), d2(n);
@@ -41,9 +42,9 @@ double commutation_error(const std::vector<torch::Tensor>& before1,
   }
   std::vector<torch::Tensor> mapped = d1;  // G dW1
   if (has_sides(gauge)) {
-    TORCH_CHECK(scratch, "commutation_error: a gauge needs a scratch model");
+    TORCH_CHECK(scratch, "commutation_step: a gauge needs a scratch model");
     std::vector<torch::Tensor> s = scratch->parameters();
-    TORCH_CHECK(s.size() == n, "commutation_error: the scratch model has ",
+    TORCH_CHECK(s.size() == n, "commutation_step: the scratch model has ",
                 s.size(), " parameters, not ", n);
     for (size_t i = 0; i < n; ++i)
       s[i].copy_(d1[i]);
@@ -56,26 +57,29 @@ double commutation_error(const std::vector<torch::Tensor>& before1,
   // where the attention is near uniform) has a relative rounding error far
   // above the unit roundoff, which would otherwise decide (docs/protocol.md
   // §6).
-  // The three sums of squares of every parameter, read back at once (one
+  // The five sums of squares of every parameter, read back at once (one
   // host synchronisation a step on CUDA), then added in parameter order.
+  constexpr size_t kSums = 5;
   std::vector<torch::Tensor> squares;
   for (size_t i = 0; i < n; ++i) {
     squares.push_back((d2[i] - mapped[i]).pow(2).sum());
     squares.push_back(d1[i].pow(2).sum());
     squares.push_back(d2[i].pow(2).sum());
+    squares.push_back(after1[i].to(torch::kDouble).pow(2).sum());
+    squares.push_back(after2[i].to(torch::kDouble).pow(2).sum());
   }
   const torch::Tensor read = torch::stack(squares).to(torch::kCPU);
   const double* sq = read.data_ptr<double>();
-  double diff = 0, norm1 = 0, norm2 = 0;
+  double sum[kSums] = {0, 0, 0, 0, 0};
   for (size_t i = 0; i < n; ++i) {
-    diff += sq[3 * i];
-    norm1 += sq[3 * i + 1];
-    norm2 += sq[3 * i + 2];
+    for (size_t k = 0; k < kSums; ++k)
+      sum[k] += sq[kSums * i + k];
   }
-  const double den = std::sqrt(std::max(norm1, norm2));
-  if (den == 0)
-    return 0;  // neither copy moved
-  return std::sqrt(diff) / den;
+  const double update = std::sqrt(std::max(sum[1], sum[2]));
+  if (update == 0)
+    return {};  // neither copy moved
+  const double weights = std::sqrt(std::max(sum[3], sum[4]));
+  return {std::sqrt(sum[0]) / update, update / weights};
 }
 
 CommutationWatch::CommutationWatch(Lockstep& group) : group_(group) {
@@ -134,10 +138,11 @@ void CommutationWatch::after_step(std::vector<PairResult>& results) {
         continue;
       c.moved_at = step;
     }
-    c.errors.push_back(commutation_error(reference_before_, after1,
-                                         twin_before_[i],
-                                         group_.twin_copy(i).parameters,
-                                         gauges_[i], scratch_));
+    const StepCommutation s = commutation_step(
+        reference_before_, after1, twin_before_[i],
+        group_.twin_copy(i).parameters, gauges_[i], scratch_);
+    c.errors.push_back(s.error);
+    c.sizes.push_back(s.size);
   }
   reference_before_.clear();
   for (auto& t : twin_before_)

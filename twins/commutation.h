@@ -20,18 +20,27 @@
 
 namespace twins {
 
-// The error of one step from the parameters before and after it (in build
+// One step's check: its error, and the update's size relative to the
+// weights, max(||dW1||, ||dW2||) / max(||W1||, ||W2||) after the step (0
+// when neither copy moved).
+struct StepCommutation {
+  double error = 0;
+  double size = 0;
+};
+
+// The check of one step from the parameters before and after it (in build
 // order) of copy 1 and copy 2, under `gauge` (its empty sides: the
 // identity); `scratch` is a float64 model of the same config that G dW1 is
 // made in. Throws for lists of different lengths.
-double commutation_error(const std::vector<torch::Tensor>& before1,
-                         const std::vector<torch::Tensor>& after1,
-                         const std::vector<torch::Tensor>& before2,
-                         const std::vector<torch::Tensor>& after2,
-                         const GaugeDraw& gauge, model::Transformer& scratch);
+StepCommutation commutation_step(const std::vector<torch::Tensor>& before1,
+                                 const std::vector<torch::Tensor>& after1,
+                                 const std::vector<torch::Tensor>& before2,
+                                 const std::vector<torch::Tensor>& after2,
+                                 const GaugeDraw& gauge,
+                                 model::Transformer& scratch);
 
 // Watches a group step by step until copy 1 has moved and every live twin
-// has kCommutationSteps errors; the errors go to each record's
+// has kCommutationSteps errors; the errors and sizes go to each record's
 // `commutation` (whose state, restored from a checkpoint, it goes on from).
 class CommutationWatch {
  public:

@@ -77,6 +77,12 @@ struct Commutation {
   int64_t moved_at = -1;
   // errors[k]: step moved_at + k, up to kCommutationSteps of them.
   std::vector<double> errors;
+  // sizes[k]: the update's size at that step relative to the weights, the
+  // larger update over the larger weights of the two copies (every
+  // parameter as one vector): the weights' storage rounds an update to
+  // about unit roundoff / size of itself (docs/protocol.md §6). Empty in
+  // records written before it was measured.
+  std::vector<double> sizes;
   bool complete() const {
     return moved_at > 0 &&
            static_cast<int64_t>(errors.size()) >= kCommutationSteps;

@@ -341,7 +341,8 @@ PairSpec spec_from_json(const json& j) {
 
 json commutation_to_json(const Commutation& c) {
   return {{"moved_at", c.moved_at > 0 ? json(c.moved_at) : json(nullptr)},
-          {"errors", numbers(c.errors)}};
+          {"errors", numbers(c.errors)},
+          {"sizes", numbers(c.sizes)}};
 }
 
 Commutation commutation_from_json(const json& j) {
@@ -355,6 +356,12 @@ Commutation commutation_from_json(const json& j) {
   c.errors = numbers_from(field(j, "errors"), "commutation errors");
   TORCH_CHECK(c.moved_at > 0 || c.errors.empty(),
               "field 'commutation' has errors but no moved_at");
+  // Records written before the sizes were measured carry none.
+  if (j.contains("sizes")) {
+    c.sizes = numbers_from(j["sizes"], "commutation sizes");
+    TORCH_CHECK(c.sizes.size() == c.errors.size(), "field 'commutation' has ",
+                c.errors.size(), " errors but ", c.sizes.size(), " sizes");
+  }
   return c;
 }
 
