@@ -964,6 +964,25 @@ TEST(Census, ADisagreementSaysWhatTheTwinsMeasure) {
             "B.__init__() missing 1 required positional argument: 'n')");
 }
 
+// The census of the figure's test: three rules of two libraries.
+std::vector<report::CensusEntry> three_rules() {
+  std::vector<report::CensusEntry> entries;
+  for (const auto& [opt, library, predicted] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"adamish", "liba", "basis-dependent"},
+           {"sgdish", "libb", "equivariant"},
+           {"oddish", "libb", "basis-dependent"}}) {
+    report::CensusEntry e;
+    e.library = library;
+    e.version = "1";
+    e.aliases = {opt};
+    e.opt = opt;
+    e.predicted = e.table3 = predicted;
+    entries.push_back(e);
+  }
+  return entries;
+}
+
 // The census figure shows what decides each verdict: the separation per
 // rule, coloured by the predicted class, a point type per library, and the
 // rules that disagree named beside their points.
@@ -982,23 +1001,7 @@ TEST(Census, TheFigureColoursByPredictionAndNamesTheDisagreements) {
               std::vector<double>(10, 1e-6)))
       all.push_back(r);
   }
-  report::set_census_source([] {
-    std::vector<report::CensusEntry> entries;
-    for (const auto& [opt, library, predicted] :
-         std::vector<std::tuple<std::string, std::string, std::string>>{
-             {"adamish", "liba", "basis-dependent"},
-             {"sgdish", "libb", "equivariant"},
-             {"oddish", "libb", "basis-dependent"}}) {
-      report::CensusEntry e;
-      e.library = library;
-      e.version = "1";
-      e.aliases = {opt};
-      e.opt = opt;
-      e.predicted = e.table3 = predicted;
-      entries.push_back(e);
-    }
-    return entries;
-  });
+  report::set_census_source(three_rules);
   const fs::path dir = fresh_dir("census-figure");
   const report::PlotFiles f =
       report::plot_census(all, (dir / "c.svg").string(), "census");
@@ -1041,23 +1044,7 @@ TEST(Census, TheFigureColoursByPredictionAndNamesTheDisagreements) {
     r.spec.dtype = torch::kDouble;
     both.push_back(r);
   }
-  report::set_census_source([&] {
-    std::vector<report::CensusEntry> entries;
-    for (const auto& [opt, library, predicted] :
-         std::vector<std::tuple<std::string, std::string, std::string>>{
-             {"adamish", "liba", "basis-dependent"},
-             {"sgdish", "libb", "equivariant"},
-             {"oddish", "libb", "basis-dependent"}}) {
-      report::CensusEntry e;
-      e.library = library;
-      e.version = "1";
-      e.aliases = {opt};
-      e.opt = opt;
-      e.predicted = e.table3 = predicted;
-      entries.push_back(e);
-    }
-    return entries;
-  });
+  report::set_census_source(three_rules);
   const report::PlotFiles g =
       report::plot_census(both, (dir / "d.svg").string(), "census");
   report::set_census_source(nullptr);
