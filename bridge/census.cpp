@@ -186,17 +186,24 @@ std::vector<CensusRule> select_rules(const std::vector<CensusRule>& rules,
   std::vector<CensusRule> kept;
   for (const std::string& selector : select) {
     const size_t before = kept.size();
+    bool matched = false;
     for (const CensusRule& rule : rules) {
-      if (selected(rule, selector) &&
-          std::none_of(kept.begin(), kept.end(),
+      if (!selected(rule, selector))
+        continue;
+      matched = true;
+      if (std::none_of(kept.begin(), kept.end(),
                        [&](const CensusRule& k) { return same(k, rule); }))
         kept.push_back(rule);
     }
     const size_t colon = selector.find(':');
-    TORCH_CHECK(kept.size() > before, "census: library ",
-                selector.substr(0, colon), " has no rule named '",
-                selector.substr(colon + 1), "' (twin-run census --library ",
-                selector.substr(0, colon), " lists its names)");
+    TORCH_CHECK(matched, "census: library ", selector.substr(0, colon),
+                " has no rule named '", selector.substr(colon + 1),
+                "' (twin-run census --library ", selector.substr(0, colon),
+                " lists its names)");
+    // Every rule it names was named before: a duplicate, not a typo.
+    TORCH_CHECK(kept.size() > before, "census: --rules selects '", selector,
+                "' twice (an earlier name in the list already selects ",
+                colon == std::string::npos ? "its rules" : "it", ")");
   }
   std::vector<CensusRule> ordered;
   for (const CensusRule& rule : rules) {

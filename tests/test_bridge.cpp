@@ -742,6 +742,17 @@ TEST(BridgeCli, TheCensusTableJudgesEachRuleAndRecordsOneThatRaises) {
   EXPECT_NE(nope.code, 0);
   EXPECT_TRUE(contains(nope.err, "has no rule named 'Nope'")) << nope.err;
   EXPECT_EQ(count_lines(nope.err), 1) << nope.err;
+  // A rule named twice, or a library and then one of its rules, is a
+  // duplicate, named as such (not "no rule named").
+  for (const char* rules : {"torch:Adam,torch:Adam", "torch,torch",
+                            "torch,torch:Adam"}) {
+    const Outcome twice = twin_run(
+        std::string("table census --steps 2 --rules ") + rules, dir);
+    EXPECT_NE(twice.code, 0) << rules;
+    EXPECT_TRUE(contains(twice.err, "twice")) << rules << ": " << twice.err;
+    EXPECT_FALSE(contains(twice.err, "no rule named")) << twice.err;
+    EXPECT_EQ(count_lines(twice.err), 1) << twice.err;
+  }
   fs::remove_all(dir);
 }
 
