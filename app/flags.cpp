@@ -58,6 +58,11 @@ CLI::Validator positive_real() {
                     "POSITIVE");
 }
 
+CLI::Validator real_above_one() {
+  return real_where([](double v) { return v > 1; }, "is not above 1",
+                    "NUMBER > 1");
+}
+
 CLI::Validator non_negative_real() {
   return real_where([](double v) { return v >= 0; }, "is negative",
                     "NUMBER >= 0");
@@ -142,7 +147,7 @@ void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
                "positional parameter (docs/protocol.md §3)");
   app.add_option("--rope-base", p.rope_base,
                  "--rope: the frequency base [default: 10000]")
-      ->check(positive_real());
+      ->check(real_above_one());
   app.add_option("--mlp", p.mlp,
                  fmt::format("MLP hidden width [default: {} x d-model]",
                              data::default_mlp(1)))

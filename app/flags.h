@@ -21,6 +21,8 @@ CLI::Validator whole_number(int64_t lo, int64_t hi);
 // A real number > 0 and finite; beyond a double's range it is "out of
 // range", not "not a number".
 CLI::Validator positive_real();
+// A real number > 1 and finite (a frequency base: --rope-base).
+CLI::Validator real_above_one();
 // A real number >= 0 and finite.
 CLI::Validator non_negative_real();
 

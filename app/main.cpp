@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <sstream>
 #include <string>
 
 #include "app/bench_cmd.h"
@@ -50,6 +51,30 @@ std::string empty_value(int argc, char** argv) {
   return "";
 }
 
+// For an unexpected flag that another command takes ("twin-run --merge-at
+// 100"): "; --merge-at is an option of twin-run merge", else empty.
+std::string where_flags_belong(const CLI::App& root, const CLI::Error& e) {
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr)
+    return "";
+  std::string hint;
+  std::istringstream words(e.what());
+  for (std::string word; words >> word;) {
+    if (word.rfind("--", 0) != 0 || word.size() < 3)
+      continue;
+    const std::string flag = word.substr(0, word.find('='));
+    std::string commands;
+    for (const CLI::App* sub : root.get_subcommands(
+             [](const CLI::App*) { return true; })) {
+      if (sub->get_option_no_throw(flag) != nullptr)
+        commands += (commands.empty() ? "twin-run " : ", twin-run ") +
+                    sub->get_name();
+    }
+    if (!commands.empty())
+      hint += "; " + flag + " is an option of " + commands;
+  }
+  return hint;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,8 +96,9 @@ int main(int argc, char** argv) {
       "orthogonal matrix) in lockstep, and measure whether the optimizer "
       "keeps them together."};
   // Errors are one line: the message and where to look.
-  cli.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return std::string("twin-run: error: ") + e.what() + " (see --help)\n";
+  cli.failure_message([&cli](const CLI::App*, const CLI::Error& e) {
+    return std::string("twin-run: error: ") + e.what() +
+           where_flags_belong(cli, e) + " (see --help)\n";
   });
   app::RunFlags run_flags;
   app::setup_run(cli, run_flags);

@@ -92,6 +92,13 @@ INSTANTIATE_TEST_SUITE_P(
                  "--depth: 0 is not a whole number from 1 to 1000"},
         BadInput{"--mlp -4", "--mlp: -4 is not a whole number from 1 to"},
         BadInput{"--mlp 0", "--mlp: 0 is not a whole number from 1 to"},
+        // A frequency base of 1 or less is refused by the flag itself, as
+        // its help says (NUMBER > 1), not later by the model.
+        BadInput{"--rope --rope-base 0.5", "--rope-base: 0.5 is not above 1"},
+        BadInput{"--rope --rope-base 1", "--rope-base: 1 is not above 1"},
+        // A flag of another command is named with its command.
+        BadInput{"--merge-at 5", "--merge-at is an option of twin-run merge"},
+        BadInput{"--default-rates", "--default-rates is an option of twin-run table"},
         BadInput{"--d-model 1e3", "--d-model: 1e3 is not a whole number"},
         BadInput{"--task charlm --data /nonexistent/corpus.txt",
                  "/nonexistent/corpus.txt"},
