@@ -29,7 +29,10 @@ CLI::App* setup_census(CLI::App& parent, CensusFlags& flags) {
       "List the census's rules: every optimizer the installed libraries "
       "register (torch.optim, pytorch-optimizer, timm, heavyball, "
       "torch-optimizer, schedulefree, lion-pytorch, kron-torch, prodigyopt, "
-      "adam-mini), read from their own registries, aliases of one rule "
+      "adam-mini, emerging-optimizers, muon-optimizer, bitsandbytes, "
+      "torch-optimi, dadaptation, torch-adopt, adam-atan2-pytorch, "
+      "came-pytorch, sophia-opt, grokadamw, galore-torch, apollo-torch), "
+      "read from their own registries, aliases of one rule "
       "together, each with the --opt name that runs it and the class "
       "predicted for it (docs/results.md, \"The census\")");
   cmd->add_flag("--probe", flags.probe,
@@ -39,7 +42,10 @@ CLI::App* setup_census(CLI::App& parent, CensusFlags& flags) {
                   "Only this library's rules (as the census names it: torch, "
                   "pytorch_optimizer, timm, heavyball, torch-optimizer, "
                   "schedulefree, lion-pytorch, kron-torch, prodigyopt, "
-                  "adam_mini)")
+                  "adam_mini, emerging-optimizers, muon-optimizer, "
+                  "bitsandbytes, torch-optimi, dadaptation, torch-adopt, "
+                  "adam-atan2-pytorch, came-pytorch, sophia-opt, grokadamw, "
+                  "galore-torch, apollo-torch)")
       ->check(non_empty());
   return cmd;
 }

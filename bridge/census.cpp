@@ -216,6 +216,18 @@ std::vector<CensusRule> select_rules(const std::vector<CensusRule>& rules,
 
 }  // namespace
 
+std::optional<optim::Equivariance> census_prediction(const py::object& fn) {
+  const std::string c = census_module()
+                            .attr("prediction_of")(kCensusPredictionsTsv, fn)
+                            .cast<std::string>();
+  for (auto e : {optim::Equivariance::kEquivariant,
+                 optim::Equivariance::kBasisDependent}) {
+    if (c == optim::to_string(e))
+      return e;
+  }
+  return std::nullopt;
+}
+
 std::vector<CensusRule> census_rules(bool probe_rules,
                                      const std::vector<std::string>& select) {
   Cache& c = cache();

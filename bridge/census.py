@@ -131,6 +131,19 @@ def _module_classes(prefix):
     return enumerate_
 
 
+def _subpackages(names):
+    """A library that exports its rules from subpackages (emerging-optimizers:
+    orthogonalized_optimizers, psgd, ...): each subpackage's exported
+    classes, py:PACKAGE.SUBPACKAGE:NAME."""
+    def enumerate_(module):
+        rules = []
+        for name in names:
+            sub = importlib.import_module(f"{module.__name__}.{name}")
+            rules += _module_classes(sub.__name__)(sub)
+        return rules
+    return enumerate_
+
+
 # The libraries, as the predictions name them: (name, import, registry).
 LIBRARIES = [
     ("torch", "torch.optim", _torch),
@@ -143,6 +156,20 @@ LIBRARIES = [
     ("kron-torch", "kron_torch", _module_classes("kron_torch")),
     ("prodigyopt", "prodigyopt", _module_classes("prodigyopt")),
     ("adam_mini", "adam_mini", _module_classes("adam_mini")),
+    ("emerging-optimizers", "emerging_optimizers",
+     _subpackages(["orthogonalized_optimizers", "psgd", "riemannian_optimizers",
+                   "scalar_optimizers", "soap"])),
+    ("muon-optimizer", "muon", _module_classes("muon")),
+    ("bitsandbytes", "bitsandbytes.optim", _module_classes("bitsandbytes.optim")),
+    ("torch-optimi", "optimi", _module_classes("optimi")),
+    ("dadaptation", "dadaptation", _module_classes("dadaptation")),
+    ("torch-adopt", "adopt", _module_classes("adopt")),
+    ("adam-atan2-pytorch", "adam_atan2_pytorch", _module_classes("adam_atan2_pytorch")),
+    ("came-pytorch", "came_pytorch", _module_classes("came_pytorch")),
+    ("sophia-opt", "sophia_opt", _module_classes("sophia_opt")),
+    ("grokadamw", "grokadamw", _module_classes("grokadamw")),
+    ("galore-torch", "galore_torch", _module_classes("galore_torch")),
+    ("apollo-torch", "apollo_torch", _module_classes("apollo_torch")),
 ]
 
 
@@ -235,6 +262,37 @@ def _conventions_reason(e):
 def _first_line(e):
     text = str(e)
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def prediction_of(predictions_tsv, fn):
+    """The predicted class of the rows whose definition is `fn`'s class at
+    its defaults (module and qualified name, no bound defaults); "" where
+    none names it or the rows disagree."""
+    top = (getattr(fn, "__module__", None) or "").split(".")[0]
+    classes = set()
+    for row in _predictions(predictions_tsv).values():
+        definition = row["definition"]
+        if "(" not in definition and definition.split(".")[0] == top \
+                and _resolve(definition) is fn:
+            classes.add(row["class"])
+    return classes.pop() if len(classes) == 1 else ""
+
+
+def _resolve(path):
+    """The object a dotted path names (torch.optim.Adam), None where it
+    names none; only modules of an already imported package are imported."""
+    module, _, name = path.rpartition(".")
+    while module:
+        try:
+            value = importlib.import_module(module)
+        except ImportError:
+            module, _, outer = module.rpartition(".")
+            name = f"{outer}.{name}"
+            continue
+        for part in name.split("."):
+            value = getattr(value, part, None)
+        return value
+    return None
 
 
 def library_names():

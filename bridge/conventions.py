@@ -97,6 +97,34 @@ def _refuse_exit(status):
         "without its records")
 
 
+class _RulePrecision:
+    """torch's float32 matmul precision as the rule's own while it steps:
+    torch.set_float32_matmul_precision inside step() (emerging-optimizers
+    sets "medium" around its Newton-Schulz, which then casts to bfloat16)
+    is what the rule's torch.get_float32_matmul_precision() returns, but
+    the process-wide flag stays as it was, for the other copy's forward
+    and backward that run meanwhile (its batched matmuls on a CPU follow
+    the flag: the identity twin was not 0)."""
+
+    @staticmethod
+    def enter():
+        saved = (torch.set_float32_matmul_precision, torch.get_float32_matmul_precision)
+        own = [saved[1]()]
+
+        def set_(precision):
+            if precision not in ("highest", "high", "medium"):
+                saved[0](precision)  # torch's own error for a bad value
+            own[0] = precision
+
+        torch.set_float32_matmul_precision = set_
+        torch.get_float32_matmul_precision = lambda: own[0]
+        return saved
+
+    @staticmethod
+    def exit(saved):
+        torch.set_float32_matmul_precision, torch.get_float32_matmul_precision = saved
+
+
 class _Isolated:
     """The global torch state outside a rule, put back when the rule
     returns; the rule's own stream in the generators while it runs; and
@@ -116,6 +144,7 @@ class _Isolated:
             self.compile.disable = True
         self.dtype = torch.get_default_dtype()
         self.threads = torch.get_num_threads()
+        self.precision = _RulePrecision.enter()
         self.cpu = torch.get_rng_state()
         torch.set_rng_state(self.stream.torch_cpu)
         self.cuda = None
@@ -153,6 +182,7 @@ class _Isolated:
                 torch.set_num_threads(self.threads)
             if self.compile is not None:
                 self.compile.disable = self.compiling
+            _RulePrecision.exit(self.precision)
         finally:
             os._exit = self.exit
             _lock.release()
@@ -202,7 +232,7 @@ class Rule:
             if not callable(getattr(self.optimizer, "step", None)):
                 raise TypeError(f"built a {type(self.optimizer).__name__} "
                                 "without a step() method")
-            self.takes_closure = _accepts_closure(self.optimizer.step)
+            self.takes_closure = convention.takes_closure(self.optimizer)
             self.modes = convention.modes(self.optimizer)
             if self.modes:
                 self.modes[0]()  # train(): schedule-free rules start in it
@@ -335,7 +365,7 @@ _CANNOT_RUN = [
       "Found no NVIDIA driver", "CUDA is not available"),
      "needs CUDA"),
     (("Default process group has not been initialized",
-      "process group has not been initialized"),
+      "process group has not been initialized", "all-gathers across ranks"),
      "needs torch.distributed initialised (a multi-process rule)"),
     (("does not support dense gradients",),
      "needs sparse gradients"),
@@ -359,11 +389,27 @@ def _cannot_run_here():
 def cannot_run(e):
     """The reason a rule cannot run under the protocol, from its exception,
     or None for any other error."""
+    missing = _missing_torch_method(e)
+    if missing:
+        return (f"needs another torch: calls torch.optim.Optimizer.{missing}, "
+                f"which torch {torch.__version__} does not have")
     text = str(e)
     for words, reason in _CANNOT_RUN:
         if any(w in text for w in words):
             return reason
     return None
+
+
+def _missing_torch_method(e):
+    """The private torch.optim.Optimizer method a rule calls on itself and
+    this torch lacks (torch-adopt 0.1.0's _cuda_graph_capture_health_check,
+    renamed in torch 2.x), else None."""
+    name = getattr(e, "name", None)
+    if not isinstance(e, AttributeError) or not name or not name.startswith("_"):
+        return None
+    if not isinstance(getattr(e, "obj", None), torch.optim.Optimizer):
+        return None
+    return None if hasattr(torch.optim.Optimizer, name) else name
 
 
 def library_of(fn):
@@ -400,6 +446,10 @@ class Convention:
         return fn([g["params"][0] for g in groups], **kwargs)
 
     @staticmethod
+    def takes_closure(optimizer):
+        return _accepts_closure(optimizer.step)
+
+    @staticmethod
     def modes(optimizer):
         train = getattr(optimizer, "train", None)
         evaluate = getattr(optimizer, "eval", None)
@@ -419,7 +469,8 @@ class _Split:
         self.param_groups = matrix.param_groups + others.param_groups
 
     def step(self, closure=None):
-        loss = self.parts[0].step(closure)
+        matrix = self.parts[0]
+        loss = matrix.step(closure) if _accepts_closure(matrix.step) else matrix.step()
         self.parts[1].step()
         return loss
 
@@ -539,10 +590,128 @@ class AdamMini(Convention):
         return fn(named, **kwargs)
 
 
+class KellerJordanMuon(Convention):
+    """muon-optimizer (KellerJordan's Muon): SingleDeviceMuon takes the
+    hidden matrices (its Newton-Schulz asserts ndim >= 2), Adam at 1e-3 the
+    rest, as torch's Muon; SingleDeviceMuonWithAuxAdam takes groups with
+    `use_muon` (True on the hidden matrices, at the run's rate; the others
+    at the library's own Adam defaults) and no other key; Muon and
+    MuonWithAuxAdam all-gather across ranks in step() (torch.distributed)."""
+
+    @classmethod
+    def build(cls, fn, groups, kwargs, model):
+        name = getattr(fn, "__name__", "")
+        if not name.startswith("SingleDevice"):
+            if not torch.distributed.is_available() or \
+                    not torch.distributed.is_initialized():
+                raise RuntimeError(f"{name}.step() all-gathers across ranks "
+                                   "(torch.distributed is not initialised)")
+            return super().build(fn, groups, kwargs, model)
+        matrices = [g for g in groups if g["matrix"]]
+        others = [g for g in groups if not g["matrix"]]
+        if "use_muon" not in inspect.getsource(fn):
+            return _Split(fn([dict(params=g["params"]) for g in matrices], **kwargs),
+                          torch.optim.Adam(others, lr=_Split.AUX_LR))
+        rate = {k: v for k, v in kwargs.items() if k == "lr"}
+        return fn([dict(params=g["params"], use_muon=True, **rate) for g in matrices] +
+                  [dict(params=g["params"], use_muon=False) for g in others])
+
+
+class Bitsandbytes(Convention):
+    """bitsandbytes: its SGD and LARS rules default to momentum 0 and refuse
+    it ("SGD without momentum is not supported!"), so they get the momentum
+    its documentation's examples use, 0.9, unless the rule's arguments set
+    one; its other defaults (min_8bit_size 4096: W_Q and W_K of the Table-3
+    model, 4096 entries, keep 8-bit state) are its own."""
+
+    MOMENTUM = 0.9
+
+    @classmethod
+    def build(cls, fn, groups, kwargs, model):
+        params = inspect.signature(fn).parameters if callable(fn) else {}
+        momentum = params.get("momentum")
+        if momentum is not None and momentum.default == 0:
+            kwargs.setdefault("momentum", cls.MOMENTUM)
+        return super().build(fn, groups, kwargs, model)
+
+
+class AdamAtan2(Convention):
+    """adam-atan2-pytorch: MuonAdamAtan2 and PolarAdamAtan2 take two lists
+    of tensors, (muon_params, params): the hidden matrices in the first,
+    every other parameter in the second."""
+
+    @classmethod
+    def build(cls, fn, groups, kwargs, model):
+        params = inspect.signature(fn).parameters if callable(fn) else {}
+        if next(iter(params), None) == "muon_params":
+            return fn([g["params"][0] for g in groups if g["matrix"]],
+                      [g["params"][0] for g in groups if not g["matrix"]], **kwargs)
+        return super().build(fn, groups, kwargs, model)
+
+
+class LowRank(Convention):
+    """galore-torch and apollo-torch: a rule projects the gradients of the
+    groups that carry a rank, so the hidden matrices' groups carry their
+    READMEs' settings at a quarter of the width (rank 16 of 64: their
+    rank 128 would be the whole 64-wide matrix): update_proj_gap 200,
+    proj_type "std", scale 0.25 for GaLore; APOLLO's random projection
+    with its channel-wise scaling, scale 1. The other parameters are
+    plain AdamW / Adafactor groups, as in their READMEs."""
+
+    GALORE = {"rank": 16, "update_proj_gap": 200, "scale": 0.25, "proj_type": "std"}
+    APOLLO = {"proj": "random", "scale_type": "channel", "scale": 1.0}
+
+    @classmethod
+    def build(cls, fn, groups, kwargs, model):
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = ""
+        keys = dict(cls.GALORE)
+        if "scale_type" in source:
+            keys.update(cls.APOLLO)
+        groups = [dict(g, **keys) if g["matrix"] else g for g in groups]
+        return super().build(fn, groups, kwargs, model)
+
+
+class EmergingOptimizers(Convention):
+    """emerging-optimizers (NVIDIA): step() takes a closure argument and
+    raises for one that is not None ("closure is not supported"), so none
+    is passed; its matrix rules (every rule but the scalar ones and
+    PSGDPro: "Only 2D parameters are supported") take the hidden matrices,
+    Adam at 1e-3 the rest, as torch's Muon; AdaptiveMuon, which has no
+    default momentum or weight decay, gets its library's Muon's (0.95,
+    0.01)."""
+
+    ANY_SHAPE = ("emerging_optimizers.scalar_optimizers", "emerging_optimizers.psgd")
+    MUON_DEFAULTS = {"momentum": 0.95, "weight_decay": 0.01}
+
+    @staticmethod
+    def takes_closure(optimizer):
+        return False
+
+    @classmethod
+    def build(cls, fn, groups, kwargs, model):
+        if getattr(fn, "__name__", "") == "AdaptiveMuon":
+            for key, value in cls.MUON_DEFAULTS.items():
+                kwargs.setdefault(key, value)
+        if getattr(fn, "__module__", "").startswith(cls.ANY_SHAPE):
+            return super().build(fn, groups, kwargs, model)
+        return _Split(fn([g for g in groups if g["matrix"]], **kwargs),
+                      torch.optim.Adam([g for g in groups if not g["matrix"]],
+                                       lr=_Split.AUX_LR))
+
+
 CONVENTIONS = {
     "torch": TorchOptim,
     "pytorch_optimizer": PytorchOptimizer,
     "adam_mini": AdamMini,
+    "muon": KellerJordanMuon,
+    "emerging_optimizers": EmergingOptimizers,
+    "bitsandbytes": Bitsandbytes,
+    "adam_atan2_pytorch": AdamAtan2,
+    "galore_torch": LowRank,
+    "apollo_torch": LowRank,
 }
 
 

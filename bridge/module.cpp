@@ -173,14 +173,16 @@ const char* class_name(report::VerdictClass v) {
 }
 
 py::dict verdict_dict(const report::Verdict& v) {
-  const optim::Equivariance predicted = optim::find_optimizer(v.opt).predicted;
+  const auto predicted = optim::find_optimizer(v.opt).predicted;
   py::dict d;
   d["opt"] = v.opt;
   d["verdict"] = report::verdict_label(v);
   d["class"] = class_name(v.verdict);
   d["chaotic"] = v.chaotic;
   d["predicted"] = optim::to_string(predicted);
-  d["as_predicted"] = report::as_predicted(v, predicted);
+  d["as_predicted"] =
+      predicted ? py::object(py::bool_(report::as_predicted(v, *predicted)))
+                : py::none();  // no prediction: neither
   d["identity_max"] = v.identity_max;
   d["moved_at"] = v.moved_at;
   d["onset_step"] = v.onset_step;

@@ -193,6 +193,12 @@ Parsed parse(const std::string& name) {
   return p;
 }
 
+// Whether `args` set nothing but the rate: the rule is its class at its
+// defaults, the census's prediction applies.
+bool only_rate(const json& args) {
+  return args.empty() || (args.size() == 1 && args.contains("lr"));
+}
+
 std::string args_text(const json& args) {
   return args.empty() ? "" : args.dump();
 }
@@ -352,7 +358,7 @@ optim::OptimizerInfo resolve_file(const std::string& name) {
         rule->args_json.empty() ? "" : " with " + rule->args_json);
     return rule_info(
         rule, std::move(summary),
-        stated_prediction(fn, optim::Equivariance::kBasisDependent, name),
+        stated_prediction(fn, only_rate(p.args), name),
         numeric_hparams(py::module_::import("json").attr("loads")(
             rule->args_json.empty() ? std::string("{}") : rule->args_json)),
         default_rate(p, fn));
@@ -413,7 +419,7 @@ optim::OptimizerInfo resolve_module(const std::string& name, Parsed p) {
       defaults[py::str(k)] = py::module_::import("json").attr("loads")(v.dump());
     return rule_info(
         rule, std::move(summary),
-        stated_prediction(fn, optim::Equivariance::kBasisDependent, name),
+        stated_prediction(fn, only_rate(p.args), name),
         numeric_hparams(defaults), default_rate(p, fn));
   } catch (const py::error_already_set& e) {
     TORCH_CHECK(false, name, ": ", python_error(e));
@@ -582,7 +588,7 @@ std::string register_callable(const py::object& fn,
                   rule->args_json.empty() ? "" : " with " + rule->args_json);
   optim::OptimizerInfo info = rule_info(
       rule, std::move(summary),
-      stated_prediction(fn, optim::Equivariance::kBasisDependent, rule->name),
+      stated_prediction(fn, only_rate(p.args), rule->name),
       numeric_hparams(py::module_::import("json").attr("loads")(
           rule->args_json.empty() ? std::string("{}") : rule->args_json)),
       default_rate(p, fn));

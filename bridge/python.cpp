@@ -203,7 +203,7 @@ py::dict Rule::kwargs(double lr) const {
 
 optim::OptimizerInfo rule_info(std::shared_ptr<const Rule> rule,
                                std::string summary,
-                               optim::Equivariance predicted,
+                               std::optional<optim::Equivariance> predicted,
                                optim::Hparams hparams, double lr) {
   optim::OptimizerInfo info;
   info.name = rule->name;
@@ -224,11 +224,11 @@ std::string content_hash(const std::string& bytes) {
   return h.attr("hexdigest")().cast<std::string>().substr(0, 16);
 }
 
-optim::Equivariance stated_prediction(const py::object& fn,
-                                      optim::Equivariance fallback,
-                                      const std::string& rule) {
+std::optional<optim::Equivariance> stated_prediction(const py::object& fn,
+                                                     bool plain,
+                                                     const std::string& rule) {
   if (!py::hasattr(fn, "twins_predicted"))
-    return fallback;
+    return plain ? census_prediction(fn) : std::nullopt;
   const std::string s = py::str(fn.attr("twins_predicted"));
   for (auto e : {optim::Equivariance::kEquivariant,
                  optim::Equivariance::kBasisDependent}) {

@@ -74,18 +74,28 @@ struct Rule {
 // none).
 optim::OptimizerInfo rule_info(std::shared_ptr<const Rule> rule,
                                std::string summary,
-                               optim::Equivariance predicted,
+                               std::optional<optim::Equivariance> predicted,
                                optim::Hparams hparams, double lr);
 
 // The first 16 hex digits of the SHA-256 of `bytes` (hashlib). GIL held.
 std::string content_hash(const std::string& bytes);
 
-// The rule's stated class: the attribute `twins_predicted` of the class or
-// factory ("equivariant" or "basis-dependent"), `fallback` without one.
+// The census's prediction for the class `fn` at its defaults (the row of
+// bridge/census_predictions.tsv whose definition is fn's module and
+// qualified name, without bound defaults), when it is equivariant or
+// basis-dependent; none for a class it does not name, or names as shape,
+// distribution or n/a (their class is the census's question about a
+// model, not one line). GIL held.
+std::optional<optim::Equivariance> census_prediction(const py::object& fn);
+
+// The rule's predicted class: the attribute `twins_predicted` of the class
+// or factory ("equivariant" or "basis-dependent"); without one, when the
+// rule takes no arguments but lr (`plain`), the census's prediction for
+// its class at its defaults (bridge/census_predictions.tsv); else none.
 // Throws naming `rule` for another value. GIL held.
-optim::Equivariance stated_prediction(const py::object& fn,
-                                      optim::Equivariance fallback,
-                                      const std::string& rule);
+std::optional<optim::Equivariance> stated_prediction(const py::object& fn,
+                                                     bool plain,
+                                                     const std::string& rule);
 
 // The numeric default of the `lr` parameter of `fn`'s signature, 0 when it
 // has none (torch.optim.SGD's `required`). GIL held.

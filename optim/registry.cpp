@@ -136,6 +136,10 @@ const char* to_string(Equivariance equivariance) {
                                                     : "basis-dependent";
 }
 
+const char* to_string(const std::optional<Equivariance>& equivariance) {
+  return equivariance ? to_string(*equivariance) : "none";
+}
+
 bool register_optimizer(OptimizerInfo info) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

@@ -77,6 +77,8 @@ struct ParamSplit {
 // What the theory predicts for the attention-head gauge.
 enum class Equivariance { kEquivariant, kBasisDependent };
 const char* to_string(Equivariance equivariance);
+// "none" for no prediction.
+const char* to_string(const std::optional<Equivariance>& equivariance);
 
 using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(
     const ParamSplit& params, double lr)>;
@@ -84,7 +86,9 @@ using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(
 struct OptimizerInfo {
   std::string name;        // what --opt takes
   std::string summary;     // one line for --list-optimizers
-  Equivariance predicted;  // the class the theory predicts
+  // The class the theory predicts; none for a Python rule that states
+  // none and that the census's predictions do not name.
+  std::optional<Equivariance> predicted;
   Hparams hparams;         // every hyperparameter `make` uses but lr
   Factory make;            // builds the optimizer at a given lr
   // The learning rate on every task when the learning-rate table

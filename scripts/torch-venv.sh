@@ -54,11 +54,17 @@ wheels=$cache/wheels/torch-$version-$tag
 home=$cache/torch-$version-$tag
 venv=$home/venv
 packages=("torch==$version" numpy)
+sdists=()  # pins PyPI has no wheel of (marked "# sdist"): built into wheels
 if ((ci)); then
   # The requirements' pins, one argument each (comments and blanks left out).
-  mapfile -t extra < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$requirements")
+  mapfile -t extra < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$requirements")
+  mapfile -t sdists < <(sed -n -e 's/[[:space:]]*#[[:space:]]*sdist[[:space:]]*$//p' "$requirements")
   packages+=("${extra[@]}")
 fi
+downloads=()
+for p in "${packages[@]}"; do
+  [[ " ${sdists[*]} " == *" ${p%% *} "* ]] || downloads+=("$p")
+done
 
 mkdir -p "$cache"
 exec 9>"$home.lock"
@@ -77,7 +83,11 @@ if ! holds "$venv/.twins-complete"; then
     echo "torch-venv: downloading torch==$version and its dependencies ($tag) into $wheels" >&2
     mkdir -p "$wheels"  # pip skips the files it already has
     "$base" -m pip download -q --only-binary=:all: --dest "$wheels" \
-      "${packages[@]}" >&2 || die "pip download ${packages[*]} failed"
+      "${downloads[@]}" >&2 || die "pip download ${downloads[*]} failed"
+    if ((${#sdists[@]})); then
+      "$base" -m pip wheel -q --no-deps --wheel-dir "$wheels" "${sdists[@]}" >&2 ||
+        die "building wheels of ${sdists[*]} failed"
+    fi
     { cat "$wheels/.twins-complete" 2>/dev/null || true; printf '%s\n' "${packages[@]}"; } |
       sort -u >"$wheels/.twins-complete.new" && mv "$wheels/.twins-complete.new" "$wheels/.twins-complete"
     echo "torch-venv: downloaded $(du -sh "$wheels" | cut -f1) in $((SECONDS - start)) s" >&2

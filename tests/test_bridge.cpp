@@ -228,6 +228,27 @@ TEST(BridgeNames, EditingAFileRuleChangesItsNameAndKey) {
   EXPECT_TRUE(contains(before, ":ScalarAdam")) << before;
   EXPECT_EQ(optim::find_optimizer(before).predicted,
             optim::Equivariance::kEquivariant);     // twins_predicted
+  // A rule that states no class and that the census's predictions do not
+  // name has none (it is not taken to be basis-dependent).
+  const std::string unstated = write_rule(
+      "unstated.py", "import torch\nclass Plain(torch.optim.SGD):\n    pass\n");
+  EXPECT_FALSE(optim::find_optimizer(
+                   bridge::resolve_rule("py:" + unstated + ":Plain"))
+                   .predicted.has_value());
+  // A class the census predicts, at its defaults (lr aside), takes the
+  // census's class (bridge/census_predictions.tsv: torch.optim.Adam
+  // basis-dependent, torch.optim.SGD equivariant); with other arguments
+  // it is a rule the census did not predict.
+  EXPECT_EQ(optim::find_optimizer(bridge::resolve_rule("py:torch.optim:Adam"))
+                .predicted,
+            optim::Equivariance::kBasisDependent);
+  EXPECT_EQ(optim::find_optimizer(
+                bridge::resolve_rule("py:torch.optim:SGD{\"lr\": 0.1}"))
+                .predicted,
+            optim::Equivariance::kEquivariant);
+  EXPECT_FALSE(optim::find_optimizer(bridge::resolve_rule(
+                                         "py:torch.optim:SGD{\"momentum\": 0.9}"))
+                   .predicted.has_value());
   EXPECT_EQ(bridge::resolve_rule(before), before);  // a canonical name back
   auto spec = sweep::expand(tiny_request(before, 3))[0];
   std::ofstream(path, std::ios::app) << "\n# edited\n";
@@ -341,7 +362,7 @@ TEST(BridgeTorch, PythonScalarAdamIsEquivariant) {
   const report::Verdict v = report::judge(results);
   EXPECT_EQ(v.verdict, report::VerdictClass::kEquivariant)
       << report::format_verdict_line(v);
-  EXPECT_TRUE(report::as_predicted(v, optim::find_optimizer(name).predicted));
+  EXPECT_TRUE(report::as_predicted(v, optim::find_optimizer(name).predicted.value()));
   EXPECT_EQ(v.identity_max, 0);  // the identity twin exactly 0
   // It trains: the rule moved the parameters from step 1.
   EXPECT_EQ(v.onset_step, 1);
@@ -567,10 +588,14 @@ TEST(BridgeCensus, EveryInstalledRuleIsListedOnceWithItsPrediction) {
     EXPECT_FALSE(rule.version.empty()) << rule.rule;
   }
   EXPECT_EQ(libraries,
-            (std::set<std::string>{"torch", "pytorch_optimizer", "timm",
-                                   "heavyball", "torch-optimizer",
-                                   "schedulefree", "lion-pytorch",
-                                   "kron-torch", "prodigyopt", "adam_mini"}));
+            (std::set<std::string>{
+                "torch", "pytorch_optimizer", "timm", "heavyball",
+                "torch-optimizer", "schedulefree", "lion-pytorch",
+                "kron-torch", "prodigyopt", "adam_mini",
+                "emerging-optimizers", "muon-optimizer", "bitsandbytes",
+                "torch-optimi", "dadaptation", "torch-adopt",
+                "adam-atan2-pytorch", "came-pytorch", "sophia-opt",
+                "grokadamw", "galore-torch", "apollo-torch"}));
   auto find = [&](const std::string& name) {
     const auto it = std::find_if(rules.begin(), rules.end(),
                                  [&](const auto& r) { return r.rule == name; });
@@ -771,27 +796,58 @@ TEST(BridgeCli, AShortCensusOfEveryLibraryJudgesTheCertainRules) {
       "' -c 'from importlib.metadata import version; "
       "[version(d) for d in (\"pytorch_optimizer\", \"timm\", "
       "\"heavyball\", \"torch-optimizer\", \"schedulefree\", "
-      "\"lion-pytorch\")]' 2>/dev/null";
+      "\"lion-pytorch\", \"bitsandbytes\", \"apollo-torch\")]' "
+      "2>/dev/null";
   if (std::system(installed.c_str()) != 0)
     GTEST_SKIP() << "the libraries of tests/python/requirements.txt are not "
                     "installed here";
+  // emerging-optimizers needs Python >= 3.12 (requirements.txt's marker).
+  const std::string python312 = std::string("'") + TWINS_TEST_PYTHON +
+                                "' -c 'import sys; "
+                                "sys.exit(sys.version_info < (3, 12))'";
+  const bool emerging = std::system(python312.c_str()) == 0;
   const fs::path dir = fresh_dir("bridge-census-short");
+  // The libraries added on 2026-12-05, one rule each: an elementwise
+  // second moment or sign (bitsandbytes' 8-bit Adam, optimi's Lion,
+  // D-Adaptation's Adam, adam-atan2, CAME's row factor, SophiaG's sign,
+  // GrokAdamW, GaLore's AdamW on its right-projected gradient, APOLLO's
+  // AdamW on its randomly projected one, emerging-optimizers' ObliqueAdam):
+  // basis-dependent; and two that cannot run here, each with its reason:
+  // KellerJordan's Muon all-gathers across ranks; torch-adopt 0.1.0 calls a
+  // method torch 2.x renamed. optimi's and CAME's rules have no default
+  // rate: five rates each.
   const Outcome o = twin_run(
-      "table census --rules torch:Adam,pytorch_optimizer:adabelief,"
-      "pytorch_optimizer:sgdw,timm:lamb,timm:momentum,heavyball:AdamW,"
-      "torch-optimizer:DiffGrad,torch-optimizer:SGDW,"
-      "schedulefree:SGDScheduleFree,lion-pytorch:Lion "
-      "--steps 10 --default-rates --jobs 2 --out s.jsonl --quiet",
+      std::string("table census --rules torch:Adam,pytorch_optimizer:adabelief,"
+                  "pytorch_optimizer:sgdw,timm:lamb,timm:momentum,heavyball:AdamW,"
+                  "torch-optimizer:DiffGrad,torch-optimizer:SGDW,"
+                  "schedulefree:SGDScheduleFree,lion-pytorch:Lion,"
+                  "bitsandbytes:Adam8bit,torch-optimi:Lion,dadaptation:DAdaptAdam,"
+                  "adam-atan2-pytorch:AdamAtan2,came-pytorch:CAME,"
+                  "sophia-opt:SophiaG,grokadamw:GrokAdamW,galore-torch:GaLoreAdamW,"
+                  "apollo-torch:APOLLOAdamW,muon-optimizer:Muon,torch-adopt:ADOPT") +
+          (emerging ? ",emerging-optimizers:ObliqueAdam" : "") +
+          " --steps 10 --default-rates --jobs 2 --out s.jsonl --quiet",
       dir);
   ASSERT_EQ(o.code, 0) << o.err;
   const std::string md = slurp(dir / "s.md");
-  EXPECT_TRUE(contains(md, "10 rules judged")) << md;
-  EXPECT_EQ(count_lines(slurp(dir / "s.jsonl")), 50);  // one rate each
+  const int judged = emerging ? 20 : 19;
+  EXPECT_TRUE(contains(md, fmt::format("{} rules judged", judged))) << md;
+  // Five twins at one rate each, at five rates for the two without a
+  // default rate; the two that cannot run are recorded as failed, once.
+  EXPECT_EQ(count_lines(slurp(dir / "s.jsonl")),
+            5 * (judged - 2) + 2 * 25 + 2 * 5);
   EXPECT_TRUE(contains(md, "Every judged rule measured as predicted.")) << md;
-  for (const char* library : {"pytorch_optimizer ", "timm ", "heavyball ",
-                              "torch-optimizer ", "schedulefree ",
-                              "lion-pytorch "})
+  for (const char* library :
+       {"pytorch_optimizer ", "timm ", "heavyball ", "torch-optimizer ",
+        "schedulefree ", "lion-pytorch ", "bitsandbytes ", "torch-optimi ",
+        "dadaptation ", "adam-atan2-pytorch ", "came-pytorch ", "sophia-opt ",
+        "grokadamw ", "galore-torch ", "apollo-torch "})
     EXPECT_TRUE(contains(md, std::string("| ") + library)) << library << md;
+  if (emerging)
+    EXPECT_TRUE(contains(md, "| emerging-optimizers ")) << md;
+  EXPECT_TRUE(contains(md, "needs torch.distributed initialised")) << md;
+  EXPECT_TRUE(contains(md, "calls torch.optim.Optimizer."
+                           "_cuda_graph_capture_health_check")) << md;
   fs::remove_all(dir);
 }
 

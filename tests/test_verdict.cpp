@@ -326,7 +326,7 @@ TEST(VerdictOfKnownRules, ARuleThatNeverMovesDidNotMove) {
 TEST(VerdictOfKnownRules, BuiltInRulesOfProvenClassInBothPrecisions) {
   for (const char* opt : {"sgd", "scalar-adam", "muon", "shampoo", "adam",
                           "lion", "adamuon", "soap-right"}) {
-    const auto predicted = optim::find_optimizer(opt).predicted;
+    const auto predicted = *optim::find_optimizer(opt).predicted;
     const auto v = verdict_of(opt, "float64");
     EXPECT_TRUE(report::as_predicted(v, predicted)) << said(v);
     const auto f = verdict_of(opt, "float32");
