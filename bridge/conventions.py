@@ -637,13 +637,13 @@ class Bitsandbytes(Convention):
 
 class AdamAtan2(Convention):
     """adam-atan2-pytorch: MuonAdamAtan2 and PolarAdamAtan2 take two lists
-    of tensors, (muon_params, params): the hidden matrices in the first,
-    every other parameter in the second."""
+    of tensors, (muon_params, params) and (polar_params, params): the
+    hidden matrices in the first, every other parameter in the second."""
 
     @classmethod
     def build(cls, fn, groups, kwargs, model):
         params = inspect.signature(fn).parameters if callable(fn) else {}
-        if next(iter(params), None) == "muon_params":
+        if next(iter(params), None) in ("muon_params", "polar_params"):
             return fn([g["params"][0] for g in groups if g["matrix"]],
                       [g["params"][0] for g in groups if not g["matrix"]], **kwargs)
         return super().build(fn, groups, kwargs, model)
