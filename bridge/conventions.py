@@ -510,6 +510,14 @@ class _Model:
         return iter(p for _, p in self._named)
 
 
+def _source(fn):
+    """fn's source text, "" where Python has none (a builtin, a C class)."""
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+
+
 def _takes(fn, name):
     try:
         return name in inspect.signature(fn).parameters
@@ -547,10 +555,7 @@ class PytorchOptimizer(Convention):
 
     @classmethod
     def build(cls, fn, groups, kwargs, model):
-        try:
-            source = inspect.getsource(fn)
-        except (OSError, TypeError):
-            source = ""
+        source = _source(fn)
         if "use_muon" in source:
             groups = [dict(g, use_muon=g["matrix"]) for g in groups]
         params = inspect.signature(fn).parameters if callable(fn) else {}
@@ -609,7 +614,7 @@ class KellerJordanMuon(Convention):
             return super().build(fn, groups, kwargs, model)
         matrices = [g for g in groups if g["matrix"]]
         others = [g for g in groups if not g["matrix"]]
-        if "use_muon" not in inspect.getsource(fn):
+        if "use_muon" not in _source(fn):
             return _Split(fn([dict(params=g["params"]) for g in matrices], **kwargs),
                           torch.optim.Adam(others, lr=_Split.AUX_LR))
         rate = {k: v for k, v in kwargs.items() if k == "lr"}
@@ -663,10 +668,7 @@ class LowRank(Convention):
 
     @classmethod
     def build(cls, fn, groups, kwargs, model):
-        try:
-            source = inspect.getsource(fn)
-        except (OSError, TypeError):
-            source = ""
+        source = _source(fn)
         keys = dict(cls.GALORE)
         if "scale_type" in source:
             keys.update(cls.APOLLO)
