@@ -118,6 +118,68 @@ class LibraryRules(unittest.TestCase):
         # Muon on the hidden matrices, Adam on the rest (its documentation).
         self.run_identity("torch:Muon", lr=1e-3)
 
+    # The census's libraries added on 2026-12-05 (docs/results.md, "The rest
+    # of the ecosystem"): each one's convention.
+
+    def test_emerging_optimizers(self):
+        library("emerging_optimizers")
+        # No closure passed (it raises for one); 2-D rules on the hidden
+        # matrices, Adam on the rest; its "medium" matmul precision its own
+        # while it steps (the identity twin was not 0 without that).
+        self.run_identity("py:emerging_optimizers.orthogonalized_optimizers:Muon", lr=3e-4)
+
+    def test_muon_optimizer(self):
+        library("muon")
+        # use_muon groups with no other key; the plain one on the matrices.
+        self.run_identity("py:muon:SingleDeviceMuonWithAuxAdam", lr=0.02)
+        self.run_identity("py:muon:SingleDeviceMuon", lr=0.02)
+        with self.assertRaisesRegex(Exception, "needs torch.distributed"):
+            twins.run("py:muon:Muon", twins=["identity"], steps=2, lr=0.02, **TINY)
+
+    def test_bitsandbytes(self):
+        library("bitsandbytes")
+        # Momentum 0.9 where its default 0 is refused.
+        self.run_identity("py:bitsandbytes.optim:SGD8bit", lr=1e-2)
+
+    def test_torch_optimi(self):
+        library("optimi")
+        # Predicted by the census (no twins_predicted): equivariant.
+        v = self.verdict("py:optimi:SGD", lr=1e-2)
+        self.assertEqual(v["predicted"], "equivariant", v["line"])
+        self.assertEqual(v["class"], "equivariant", v["line"])
+
+    def test_dadaptation(self):
+        library("dadaptation")
+        self.run_identity("py:dadaptation:DAdaptAdam", lr=1.0)
+
+    def test_torch_adopt(self):
+        library("adopt")
+        with self.assertRaisesRegex(Exception, "needs another torch"):
+            twins.run("py:adopt:ADOPT", twins=["identity"], steps=2, lr=1e-3, **TINY)
+
+    def test_adam_atan2(self):
+        library("adam_atan2_pytorch")
+        # (muon_params, params) and (polar_params, params).
+        self.run_identity("py:adam_atan2_pytorch:MuonAdamAtan2", lr=1e-4)
+        self.run_identity("py:adam_atan2_pytorch:PolarAdamAtan2", lr=1e-4)
+
+    def test_came_sophia_grokadamw(self):
+        for module, name, lr in (("came_pytorch", "CAME", 1e-3),
+                                 ("sophia_opt", "SophiaG", 1e-4),
+                                 ("grokadamw", "GrokAdamW", 1e-3)):
+            with self.subTest(name):
+                library(module)
+                v = self.verdict(f"py:{module}:{name}", lr=lr)
+                self.assertEqual(v["class"], "basis-dependent", v["line"])
+
+    def test_galore_apollo(self):
+        # The hidden matrices' groups carry a rank (16 of the width).
+        for module, name in (("galore_torch", "GaLoreAdamW"),
+                             ("apollo_torch", "APOLLOAdamW")):
+            with self.subTest(name):
+                library(module)
+                self.run_identity(f"py:{module}:{name}", lr=1e-3)
+
 
 if __name__ == "__main__":
     unittest.main()
