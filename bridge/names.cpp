@@ -193,6 +193,19 @@ Parsed parse(const std::string& name) {
   return p;
 }
 
+// A rule's file: one that exists and is a regular file (a directory, a FIFO
+// or a device is named as what it is; reading a FIFO would wait forever).
+void check_rule_file(const std::string& path, const std::string& name) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  TORCH_CHECK(fs::exists(st), name, ": no such file '", path, "'");
+  TORCH_CHECK(!fs::is_directory(st), name, ": '", path,
+              "' is a directory, not a Python file");
+  TORCH_CHECK(fs::is_regular_file(st), name, ": '", path,
+              "' is not a regular file (a FIFO, socket or device), not a "
+              "Python file");
+}
+
 // Whether `args` set nothing but the rate: the rule is its class at its
 // defaults, the census's prediction applies.
 bool only_rate(const json& args) {
@@ -322,8 +335,7 @@ optim::OptimizerInfo resolve_file(const std::string& name) {
   rule->target = p.target;
   rule->args_json = args_text(p.args);
   rule->path = fs::path(p.path).lexically_normal().string();
-  TORCH_CHECK(fs::is_regular_file(rule->path), name, ": no such file '",
-              rule->path, "'");
+  check_rule_file(rule->path, name);
   rule->source = twins::read_file(rule->path, "Python rule");
   ensure_interpreter();
   py::gil_scoped_acquire gil;
@@ -525,8 +537,7 @@ std::string resolve_rule(const std::string& name,
     canonical = module_name(p, identity);
   } else {
     p.path = fs::path(p.path).lexically_normal().string();
-    TORCH_CHECK(fs::is_regular_file(p.path), name, ": no such file '", p.path,
-                "'");
+    check_rule_file(p.path, name);
     const std::string source = twins::read_file(p.path, "Python rule");
     ensure_interpreter();
     std::string hash;

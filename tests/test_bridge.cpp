@@ -70,6 +70,7 @@ TEST(BridgeWithoutPython, TheCensusIsAOneLineError) {
 #include <signal.h>
 #include <torch/version.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <map>
@@ -889,10 +890,16 @@ class Exits(torch.optim.SGD):
         import os
         os._exit(0)
 )";
+  // A rule "file" that is a directory or a FIFO is named as what it is
+  // (it was "no such file"; reading the FIFO would wait for a writer).
+  fs::create_directory(dir / "adir.py");
+  ASSERT_EQ(mkfifo((dir / "fifo.py").c_str(), 0600), 0);
   const std::string model =
       " --task mod11 --depth 2 --d-model 16 --heads 4 --steps 5 --lr 0.1 ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--opt py:missing.py:Rule", "no such file 'missing.py'"},
+      {"--opt py:adir.py:Rule", "'adir.py' is a directory, not a Python file"},
+      {"--opt py:fifo.py:Rule", "'fifo.py' is not a regular file (a FIFO"},
       {"--opt py:rules.py:Nope", "defines no 'Nope' (it defines Raises, Exits)"},
       {"--opt 'torch:SGD{\"momentum\": -1}'",
        "rejected its arguments: ValueError: Invalid momentum value: -1"},
