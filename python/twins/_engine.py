@@ -75,13 +75,19 @@ def _start(kind: str, opt, args, settings, progress):
     # Without a bar, progress=True asks for the engine's lines on stderr.
     settings["progress"] = bool(progress) and bar is None
     # The engine trains each model on one thread (torch.set_num_threads(1)
-    # for the process): the caller's setting comes back afterwards.
+    # for the process) and seeds torch's generators for its models: the
+    # caller's thread count and random streams come back afterwards.
     threads = torch.get_num_threads()
+    cpu = torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     try:
         job = _core.start(kind, opt, args, settings)
         return _drive(job, bar)
     finally:
         torch.set_num_threads(threads)
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 def run(opt, *, twins: Sequence[str] = ("gauge",),

@@ -69,6 +69,17 @@ class ModuleTest(unittest.TestCase):
         self.assertTrue(v["opt"].startswith("python:"), v["opt"])
         self.assertIn("ScalarAdam#", v["opt"])
 
+    def test_the_callers_random_stream_and_threads_are_kept(self):
+        threads = torch.get_num_threads()
+        for call in (lambda: twins.run("adam", steps=3, lr=1e-3, **TINY),
+                     lambda: twins.verdict("torch:Adam", steps=3, lr=1e-3, **TINY)):
+            torch.manual_seed(1234)
+            expected = torch.rand(3)
+            torch.manual_seed(1234)
+            call()
+            self.assertTrue(torch.equal(torch.rand(3), expected))
+            self.assertEqual(torch.get_num_threads(), threads)
+
     def test_verdict_of_torch_adam_is_basis_dependent(self):
         v = twins.verdict("torch:Adam", steps=20, lr=1e-3, **TINY)
         self.assertEqual(v["verdict"], "basis-dependent", v["line"])
