@@ -217,15 +217,9 @@ std::vector<CensusRule> select_rules(const std::vector<CensusRule>& rules,
 }  // namespace
 
 std::optional<optim::Equivariance> census_prediction(const py::object& fn) {
-  const std::string c = census_module()
-                            .attr("prediction_of")(kCensusPredictionsTsv, fn)
-                            .cast<std::string>();
-  for (auto e : {optim::Equivariance::kEquivariant,
-                 optim::Equivariance::kBasisDependent}) {
-    if (c == optim::to_string(e))
-      return e;
-  }
-  return std::nullopt;
+  return equivariance_named(census_module()
+                                .attr("prediction_of")(kCensusPredictionsTsv, fn)
+                                .cast<std::string>());
 }
 
 std::vector<CensusRule> census_rules(bool probe_rules,

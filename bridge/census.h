@@ -44,5 +44,4 @@ struct CensusRule {
 std::vector<CensusRule> census_rules(
     bool probe, const std::vector<std::string>& select = {});
 
-
 }  // namespace bridge

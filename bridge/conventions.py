@@ -458,11 +458,25 @@ class Convention:
         return None
 
 
+def _matrices(groups):
+    """(the hidden matrices' groups, the other groups)."""
+    return ([g for g in groups if g["matrix"]], [g for g in groups if not g["matrix"]])
+
+
 class _Split:
     """A matrix-only rule on the hidden matrices and Adam (1e-3, the zoo's
     muon-torch) on every other parameter, stepped as one optimizer."""
 
     AUX_LR = 1e-3
+
+    @classmethod
+    def build(cls, fn, groups, kwargs, plain=False):
+        """fn on the hidden matrices' groups (`plain`: their parameters
+        alone, for a rule that refuses any other key), Adam on the rest."""
+        matrices, others = _matrices(groups)
+        if plain:
+            matrices = [dict(params=g["params"]) for g in matrices]
+        return cls(fn(matrices, **kwargs), torch.optim.Adam(others, lr=cls.AUX_LR))
 
     def __init__(self, matrix, others):
         self.parts = [matrix, others]
@@ -489,10 +503,7 @@ class TorchOptim(Convention):
     @classmethod
     def build(cls, fn, groups, kwargs, model):
         if getattr(fn, "__name__", "") == "Muon":
-            matrices = [g for g in groups if g["matrix"]]
-            others = [g for g in groups if not g["matrix"]]
-            return _Split(fn(matrices, **kwargs),
-                          torch.optim.Adam(others, lr=_Split.AUX_LR))
+            return _Split.build(fn, groups, kwargs)
         return super().build(fn, groups, kwargs, model)
 
 
@@ -612,11 +623,9 @@ class KellerJordanMuon(Convention):
                 raise RuntimeError(f"{name}.step() all-gathers across ranks "
                                    "(torch.distributed is not initialised)")
             return super().build(fn, groups, kwargs, model)
-        matrices = [g for g in groups if g["matrix"]]
-        others = [g for g in groups if not g["matrix"]]
         if "use_muon" not in _source(fn):
-            return _Split(fn([dict(params=g["params"]) for g in matrices], **kwargs),
-                          torch.optim.Adam(others, lr=_Split.AUX_LR))
+            return _Split.build(fn, groups, kwargs, plain=True)
+        matrices, others = _matrices(groups)
         rate = {k: v for k, v in kwargs.items() if k == "lr"}
         return fn([dict(params=g["params"], use_muon=True, **rate) for g in matrices] +
                   [dict(params=g["params"], use_muon=False) for g in others])
@@ -649,8 +658,9 @@ class AdamAtan2(Convention):
     def build(cls, fn, groups, kwargs, model):
         params = inspect.signature(fn).parameters if callable(fn) else {}
         if next(iter(params), None) in ("muon_params", "polar_params"):
-            return fn([g["params"][0] for g in groups if g["matrix"]],
-                      [g["params"][0] for g in groups if not g["matrix"]], **kwargs)
+            matrices, others = _matrices(groups)
+            return fn([g["params"][0] for g in matrices],
+                      [g["params"][0] for g in others], **kwargs)
         return super().build(fn, groups, kwargs, model)
 
 
@@ -699,9 +709,7 @@ class EmergingOptimizers(Convention):
                 kwargs.setdefault(key, value)
         if getattr(fn, "__module__", "").startswith(cls.ANY_SHAPE):
             return super().build(fn, groups, kwargs, model)
-        return _Split(fn([g for g in groups if g["matrix"]], **kwargs),
-                      torch.optim.Adam([g for g in groups if not g["matrix"]],
-                                       lr=_Split.AUX_LR))
+        return _Split.build(fn, groups, kwargs)
 
 
 CONVENTIONS = {

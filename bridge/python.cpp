@@ -230,13 +230,19 @@ std::optional<optim::Equivariance> stated_prediction(const py::object& fn,
   if (!py::hasattr(fn, "twins_predicted"))
     return plain ? census_prediction(fn) : std::nullopt;
   const std::string s = py::str(fn.attr("twins_predicted"));
+  const auto stated = equivariance_named(s);
+  TORCH_CHECK(stated, rule, ": twins_predicted is '", s,
+              "' (expected 'equivariant' or 'basis-dependent')");
+  return stated;
+}
+
+std::optional<optim::Equivariance> equivariance_named(const std::string& name) {
   for (auto e : {optim::Equivariance::kEquivariant,
                  optim::Equivariance::kBasisDependent}) {
-    if (s == optim::to_string(e))
+    if (name == optim::to_string(e))
       return e;
   }
-  TORCH_CHECK(false, rule, ": twins_predicted is '", s,
-              "' (expected 'equivariant' or 'basis-dependent')");
+  return std::nullopt;
 }
 
 double signature_lr(const py::object& fn) {

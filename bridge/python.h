@@ -80,6 +80,9 @@ optim::OptimizerInfo rule_info(std::shared_ptr<const Rule> rule,
 // The first 16 hex digits of the SHA-256 of `bytes` (hashlib). GIL held.
 std::string content_hash(const std::string& bytes);
 
+// The class `name` spells (optim::to_string's words), none for another.
+std::optional<optim::Equivariance> equivariance_named(const std::string& name);
+
 // The census's prediction for the class `fn` at its defaults (the row of
 // bridge/census_predictions.tsv whose definition is fn's module and
 // qualified name, without bound defaults), when it is equivariant or
