@@ -6,6 +6,7 @@
 #include "bridge/bridge.h"
 #include "bridge/census.h"
 #include "report/census.h"
+#include "sweep/estimate.h"
 #include "sweep/tables.h"
 #include "report/aggregate.h"
 #include "report/output.h"

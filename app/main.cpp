@@ -21,7 +21,7 @@
 #include "bridge/bridge.h"
 #include "twins/device.h"
 #include "twins/environment.h"
-#include "twins/group_state.h"
+#include "twins/stop.h"
 #include "twins/text.h"
 
 using twins::first_line;

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -159,29 +158,14 @@ void check_applies(const PlanRequest& plan, CommandKind kind) {
               "the seven Table-3 pairs need neither flag");
 }
 
-// The CPUs SLURM gave this task: SLURM_CPUS_PER_TASK, which it sets when
-// the job asks for --cpus-per-task; 0 when unset. Anything else than a
-// positive whole number is refused: the defaults it sets would be guesses.
-int slurm_cpus() {
-  const char* value = std::getenv("SLURM_CPUS_PER_TASK");
-  if (!value)
-    return 0;
-  const std::string text = value;
-  const bool digits = !text.empty() && text.size() <= 9 &&
-                      text.find_first_not_of("0123456789") == std::string::npos;
-  const long cpus = digits ? std::strtol(value, nullptr, 10) : 0;
-  TORCH_CHECK(cpus >= 1, "SLURM_CPUS_PER_TASK='", text,
-              "' is not a positive whole number (the CPUs of this SLURM "
-              "task, from which --jobs / --threads default when not given)");
-  return static_cast<int>(cpus);
-}
-
 // Sets --jobs / --threads of the job list `prepared->pairs`
 // (resolve_parallelism) on prepared->engine, before the memory check reads
 // them.
 Parallelism set_parallelism(const CommandRequest& request, Prepared* prepared) {
   const Parallelism par = resolve_parallelism(
-      request, group_pairs(prepared->pairs, prepared->engine.share).size());
+      request.engine.jobs, request.jobs_given, request.engine.threads,
+      request.threads_given,
+      group_pairs(prepared->pairs, prepared->engine.share).size());
   prepared->engine.jobs = par.jobs;
   prepared->engine.threads = par.threads;
   return par;
@@ -506,40 +490,6 @@ int default_threads(CommandKind kind) {
   return kind == CommandKind::kTable ? 1 : 2;
 }
 
-Parallelism resolve_parallelism(const CommandRequest& request, size_t groups) {
-  Parallelism parallelism;
-  parallelism.jobs = request.engine.jobs;
-  parallelism.threads = request.engine.threads;
-  // Both given: the environment is not read (nor judged).
-  const int cpus =
-      request.jobs_given && request.threads_given ? 0 : slurm_cpus();
-  std::string jobs_why, threads_why;
-  if (cpus > 0 && !request.jobs_given) {
-    // Never more groups at once than there are, nor more threads in all
-    // than CPUs.
-    const int per_job =
-        request.threads_given ? std::max(1, request.engine.threads) : 1;
-    const size_t most = static_cast<size_t>(std::max(1, cpus / per_job));
-    parallelism.jobs =
-        static_cast<int>(std::max<size_t>(1, std::min(groups, most)));
-    jobs_why = request.threads_given
-                   ? fmt::format(" = min({} group(s), {} CPUs / --threads {})",
-                                 groups, cpus, per_job)
-                   : fmt::format(" = min({} group(s), {} CPUs)", groups, cpus);
-  }
-  if (cpus > 0 && !request.threads_given) {
-    parallelism.threads = std::max(1, cpus / parallelism.jobs);
-    threads_why = fmt::format(" = {} CPUs / {} job(s)", cpus, parallelism.jobs);
-  }
-  parallelism.from_slurm = !jobs_why.empty() || !threads_why.empty();
-  parallelism.said =
-      fmt::format("--jobs {}{}, --threads {}{}", parallelism.jobs, jobs_why,
-                  parallelism.threads, threads_why);
-  if (parallelism.from_slurm)
-    parallelism.said += fmt::format(" (SLURM_CPUS_PER_TASK={})", cpus);
-  return parallelism;
-}
-
 CommandOutcome run_command(const CommandRequest& request) {
   if (request.kind == CommandKind::kAggregate)
     return resolve_aggregate(request);
@@ -556,36 +506,6 @@ CommandOutcome run_command(const CommandRequest& request) {
   if (prepared.follow_up)
     run_follow_up(prepared, out);
   return out;
-}
-
-TableCost table_cost(const Table& table, bool share) {
-  // The larger, where an unknown estimate (NaN: a CUDA device) makes the
-  // answer unknown.
-  auto most = [](double a, double b) {
-    return std::isnan(b) ? b : std::max(a, b);
-  };
-  TableCost c;
-  c.pairs = table.pairs.size();
-  const auto groups = group_pairs(table.pairs, share);
-  c.tasks = groups.size();
-  for (const auto& g : groups)
-    c.most_models = std::max(c.most_models, static_cast<int>(g.size()) + 1);
-  for (const auto& g : groups) {
-    // Each group trains its copy 1 once: the cost is in distinct models.
-    const int k = static_cast<int>(g.size()) + 1;
-    const double s = estimate_seconds(g.front(), k);
-    c.models += k;
-    c.total_s += s;
-    c.longest_s = most(c.longest_s, s);
-    // At one thread per model the models of a group train side by side:
-    // the group takes about one model's time (the rates of sweep/estimate.h
-    // are one core's while the other cores train other models).
-    c.longest_at_most_s =
-        most(c.longest_at_most_s, estimate_seconds(g.front(), 1));
-    c.memory_at_most = std::max(
-        c.memory_at_most, estimate_memory(g.front()).total(k, c.most_models));
-  }
-  return c;
 }
 
 }  // namespace sweep

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "sweep/engine.h"
+#include "sweep/parallelism.h"
 #include "sweep/plan.h"
 #include "sweep/tables.h"
 
@@ -79,24 +80,6 @@ struct CommandOutcome {
 // copies of a pair side by side.
 int default_threads(CommandKind kind);
 
-// --jobs and --threads of a command whose job list forms `groups` groups
-// of pairs (its shard's, for a table shard), and the words that say where
-// they came from. Given values stay. Under SLURM (SLURM_CPUS_PER_TASK =
-// C, the CPUs of this task) a value not given fills the task: jobs =
-// min(groups, C / threads given, or C), threads = max(1, C / jobs), so a
-// shard of one group trains all its models at once on C threads. Outside
-// SLURM the request's values stay. Records do not depend on either value.
-// Throws a one-line error naming SLURM_CPUS_PER_TASK when it is set to
-// anything but a positive whole number and a value is to be derived.
-struct Parallelism {
-  int jobs = 1;
-  int threads = 1;
-  bool from_slurm = false;  // a value came from SLURM_CPUS_PER_TASK
-  // "--jobs 1, --threads 8 = 8 CPUs / 1 job (SLURM_CPUS_PER_TASK=8)"
-  std::string said;
-};
-Parallelism resolve_parallelism(const CommandRequest& request, size_t groups);
-
 // Validates, resolves and runs `request` (see the top of this file).
 // Throws a one-line error, before any file is created, for anything the
 // request gets wrong; see run_sweep for errors while running.
@@ -105,21 +88,5 @@ CommandOutcome run_command(const CommandRequest& request);
 // Throws a one-line error naming a table override's dtype or protocol that
 // is not one (`table` and `table --list` check them first).
 void check_overrides(const TableOverrides& overrides);
-
-// What a table costs, from the estimates of sweep/estimate.h, group by
-// group (a group: the pairs that share copy 1 when `share`, else one pair).
-struct TableCost {
-  size_t pairs = 0;
-  size_t models = 0;      // distinct models: each group's twins + copy 1
-  size_t tasks = 0;       // groups: the most array tasks (shards) it can use
-  double total_s = 0;     // every group, one after the other, one thread
-  double longest_s = 0;   // the longest group on one thread (--threads 1)
-  int most_models = 0;    // the largest group's models: the --threads at
-                          // which every group trains all its models at once
-  double longest_at_most_s = 0;  // the longest group at --threads most_models
-  double memory_at_most = 0;     // bytes of the largest group's estimate at
-                                 // --threads most_models
-};
-TableCost table_cost(const Table& table, bool share);
 
 }  // namespace sweep

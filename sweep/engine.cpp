@@ -6,12 +6,10 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
-#include <mutex>
-#include <new>
 #include <set>
 
 #include "sweep/estimate.h"
-#include "sweep/progress.h"
+#include "sweep/slots.h"
 #include "twins/corpus.h"
 #include "twins/device.h"
 #include "twins/environment.h"
@@ -23,65 +21,6 @@ namespace sweep {
 
 namespace fs = std::filesystem;
 using twins::PairSpec;
-
-// ===========================================================================
-// Groups and shards
-
-std::vector<std::vector<PairSpec>> group_pairs(
-    const std::vector<PairSpec>& pairs, bool share, int max_twins) {
-  TORCH_CHECK(max_twins >= 1, "group_pairs: max_twins ", max_twins);
-  std::vector<std::vector<PairSpec>> groups;
-  std::map<std::string, size_t> open;  // reference key -> its last group
-  for (const auto& pair : pairs) {
-    const std::string reference = share ? pair.reference_key() : pair.key();
-    auto it = open.find(reference);
-    if (it == open.end() ||
-        groups[it->second].size() >= static_cast<size_t>(max_twins)) {
-      open[reference] = groups.size();
-      groups.push_back({pair});
-    } else {
-      groups[it->second].push_back(pair);
-    }
-  }
-  return groups;
-}
-
-Shard parse_shard(const std::string& text) {
-  auto number = [](const std::string& digits, int* out) {
-    if (digits.empty() || digits.size() > 6)
-      return false;
-    for (char c : digits) {
-      if (c < '0' || c > '9')
-        return false;
-    }
-    *out = std::stoi(digits);
-    return true;
-  };
-  const size_t slash = text.find('/');
-  Shard shard;
-  const bool ok = slash != std::string::npos &&
-                  number(text.substr(0, slash), &shard.index) &&
-                  number(text.substr(slash + 1), &shard.count) &&
-                  shard.count >= 1 && shard.index >= 1 &&
-                  shard.index <= shard.count;
-  TORCH_CHECK(ok, "Invalid --shard: '", text,
-              "' (expected I/N with 1 <= I <= N, e.g. 1/4)");
-  return shard;
-}
-
-std::vector<PairSpec> shard_of(const std::vector<PairSpec>& pairs,
-                               const Shard& shard, bool share) {
-  TORCH_CHECK(
-      shard.count >= 1 && shard.index >= 1 && shard.index <= shard.count,
-      "Invalid shard ", shard.index, "/", shard.count);
-  const auto groups = group_pairs(pairs, share);
-  std::vector<PairSpec> out;
-  for (size_t i = static_cast<size_t>(shard.index - 1); i < groups.size();
-       i += static_cast<size_t>(shard.count)) {
-    out.insert(out.end(), groups[i].begin(), groups[i].end());
-  }
-  return out;
-}
 
 // ===========================================================================
 // Resume
@@ -204,10 +143,6 @@ std::vector<PairSpec> resume(const std::vector<PairSpec>& pairs,
   return todo;
 }
 
-std::string snapshot_dir(const EngineOptions& options, const PairSpec& spec) {
-  return (fs::path(options.save_models) / twins::snapshot_name(spec)).string();
-}
-
 // --save-models, before the first step: the folder writable, and each
 // pair's snapshot folder absent or a folder (a rerun replaces its files).
 // Says that pairs already recorded are not saved: they do not train again.
@@ -242,13 +177,6 @@ void check_save_targets(const std::vector<PairSpec>& todo, size_t already,
                already, options.results_path, todo.size());
   }
 }
-
-// A group to run: its pairs still missing, and its checkpoint file (empty:
-// none).
-struct Group {
-  std::vector<PairSpec> pairs;
-  std::string checkpoint_path;
-};
 
 // The groups of the whole job list, less the pairs already recorded: a
 // resumed run forms the very groups the first run formed, and so finds
@@ -285,171 +213,6 @@ std::vector<Group> order(const std::vector<PairSpec>& pairs,
   return groups;
 }
 
-// Slots: the groups on options.jobs job slots, each pair's record appended
-// as it ends. On an error no new group starts; the running ones finish and
-// are recorded, then the first error is rethrown.
-class Slots {
- public:
-  // `saved`: the saved pairs to measure (null: the groups train).
-  Slots(std::vector<Group> groups, size_t pairs, const EngineOptions& options,
-        SavedPairs* saved, EngineOutcome* outcome)
-      : groups_(std::move(groups)),
-        options_(options),
-        saved_(saved),
-        outcome_(outcome),
-        sink_(options.results_path),
-        progress_(pairs, groups_.size(), options.quiet, options.log) {
-    if (options_.counts) {
-      options_.counts->pairs = pairs;
-      int64_t steps = 0;
-      for (const auto& group : groups_)
-        steps += group.pairs.front().last_step();
-      options_.counts->steps = steps;
-    }
-  }
-
-  void run() {
-    // One thread per model: a model's reductions never depend on how many
-    // models or groups run beside it.
-    twins::set_threads(1);
-    twins::run_on_threads(
-        groups_.size(), static_cast<size_t>(options_.jobs),
-        [this](size_t group, size_t slot) { run_in_slot(group, slot); });
-  }
-
- private:
-  void run_in_slot(size_t group, size_t slot) {
-    progress_.begin(slot, group, groups_[group].pairs);
-    try {
-      if (saved_)
-        measure_saved(groups_[group].pairs, slot);
-      else
-        train(groups_[group], slot);
-    } catch (const twins::Stopped& stopped) {
-      progress_.finish_group(slot);
-      say(stopped.what());
-      throw;
-    } catch (...) {
-      progress_.finish_group(slot);
-      throw;
-    }
-    progress_.finish_group(slot);
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++outcome_->groups;
-    outcome_->models += groups_[group].pairs.size() + 1;
-  }
-
-  void train(const Group& group, size_t slot) {
-    twins::GroupOptions group_options;
-    group_options.threads = options_.threads;
-    if (!group.checkpoint_path.empty()) {
-      group_options.checkpoint = twins::GroupCheckpoint(
-          group.checkpoint_path, options_.state,
-          [this](const std::string& line) { say(line); });
-    }
-    int64_t counted = 0;  // this group's steps in options_.counts
-    group_options.progress = [&](int64_t step) {
-      progress_.step(slot, step);
-      if (options_.counts) {
-        options_.counts->steps_done += step - counted;
-        counted = step;
-      }
-    };
-    std::set<std::string> recorded;   // this group's pairs with a record
-    std::exception_ptr write_error;  // a record that could not be written
-    group_options.pair_done = [&](const twins::PairResult& result, int64_t step,
-                                  model::Transformer& reference,
-                                  model::Transformer& twin) {
-      try {
-        record(slot, result, step, reference, twin);
-      } catch (...) {
-        write_error = std::current_exception();
-        throw;
-      }
-      recorded.insert(result.spec.key());
-    };
-    try {
-      twins::run_group(group.pairs, group_options);
-    } catch (const twins::Stopped&) {
-      throw;  // a stop signal: the group resumes from its checkpoint
-    } catch (const std::bad_alloc&) {
-      throw;  // the machine's limit, not the rule's
-    } catch (const std::exception& error) {
-      // A rule's error is a c10::Error, or another type where LibTorch's
-      // Python layer raised it outside the rule's step().
-      if (!options_.record_failures || write_error)
-        throw;
-      const auto* torch_error = dynamic_cast<const c10::Error*>(&error);
-      record_failure(group, slot, recorded,
-                     torch_error ? torch_error->what_without_backtrace()
-                                 : error.what());
-      return;
-    }
-    if (options_.counts)  // a group whose pairs all diverged ends early
-      options_.counts->steps_done += group.pairs.front().last_step() - counted;
-  }
-
-  // EngineOptions::record_failures: the group's pairs without a record get
-  // one of status "failed"; its checkpoint, if any, is discarded.
-  void record_failure(const Group& group, size_t slot,
-                      const std::set<std::string>& recorded,
-                      const std::string& what) {
-    const std::string error = what.substr(0, what.find('\n'));
-    if (!group.checkpoint_path.empty())
-      twins::GroupCheckpoint(group.checkpoint_path, options_.state).discard();
-    for (const auto& spec : group.pairs) {
-      if (recorded.count(spec.key()))
-        continue;
-      const twins::PairResult result = twins::failed_result(spec, error);
-      append(twins::to_json(result));
-      progress_.end(slot, result);
-    }
-  }
-
-  void measure_saved(const std::vector<PairSpec>& pairs, size_t slot) {
-    for (const auto& spec : pairs) {
-      twins::SavedPair& pair = saved_->at(spec.key());
-      record(slot, twins::measure_saved(pair), pair.step, pair.m1, pair.m2);
-    }
-  }
-
-  void record(size_t slot, const twins::PairResult& result, int64_t step,
-              model::Transformer& reference, model::Transformer& twin) {
-    append(twins::to_json(result));
-    // After the record: a save that fails (a full disk) loses the models,
-    // never the measurement.
-    if (!options_.save_models.empty()) {
-      twins::save_pair(snapshot_dir(options_, result.spec), result.spec, step,
-                       reference, twin);
-    }
-    progress_.end(slot, result);
-  }
-
-  // A pair's record into the results file, counted.
-  void append(nlohmann::json json) {
-    if (!options_.table.empty())
-      json["table"] = options_.table;
-    std::lock_guard<std::mutex> lock(mutex_);
-    sink_.append(json);
-    ++outcome_->ran;
-    if (options_.counts)
-      ++options_.counts->pairs_done;
-  }
-
-  void say(const std::string& line) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    fmt::print(options_.log, "{}\n", line);
-  }
-
-  const std::vector<Group> groups_;
-  const EngineOptions& options_;
-  SavedPairs* const saved_;
-  EngineOutcome* outcome_;
-  JsonlSink sink_;
-  Progress progress_;
-  std::mutex mutex_;  // the sink, the counters and the log
-};
-
 // The job list's own checks: the engine's settings and no pair twice.
 void check_job_list(const std::vector<PairSpec>& pairs,
                     const EngineOptions& options) {
@@ -482,7 +245,7 @@ void run_groups(const std::vector<PairSpec>& pairs,
         twins::GroupCheckpoint(group.checkpoint_path, options.state)
             .check_before_start(group.pairs.front());
     }
-    Slots(std::move(groups), todo.size(), options, saved, outcome).run();
+    run_in_slots(std::move(groups), todo.size(), options, saved, outcome);
   } catch (const twins::Stopped& stopped) {
     remove_if_empty();
     throw twins::Stopped(

@@ -257,4 +257,34 @@ int max_twins_per_group(const twins::PairSpec& spec, int jobs, int threads,
   return std::max(1, models - 1);
 }
 
+TableCost table_cost(const Table& table, bool share) {
+  // The larger, where an unknown estimate (NaN: a CUDA device) makes the
+  // answer unknown.
+  auto most = [](double a, double b) {
+    return std::isnan(b) ? b : std::max(a, b);
+  };
+  TableCost c;
+  c.pairs = table.pairs.size();
+  const auto groups = group_pairs(table.pairs, share);
+  c.tasks = groups.size();
+  for (const auto& g : groups)
+    c.most_models = std::max(c.most_models, static_cast<int>(g.size()) + 1);
+  for (const auto& g : groups) {
+    // Each group trains its copy 1 once: the cost is in distinct models.
+    const int k = static_cast<int>(g.size()) + 1;
+    const double s = estimate_seconds(g.front(), k);
+    c.models += k;
+    c.total_s += s;
+    c.longest_s = most(c.longest_s, s);
+    // At one thread per model the models of a group train side by side:
+    // the group takes about one model's time (the rates of sweep/estimate.h
+    // are one core's while the other cores train other models).
+    c.longest_at_most_s =
+        most(c.longest_at_most_s, estimate_seconds(g.front(), 1));
+    c.memory_at_most = std::max(
+        c.memory_at_most, estimate_memory(g.front()).total(k, c.most_models));
+  }
+  return c;
+}
+
 }  // namespace sweep

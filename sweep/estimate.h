@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "sweep/shards.h"
+#include "sweep/tables.h"
 #include "twins/spec.h"
 
 namespace sweep {
@@ -59,5 +61,21 @@ void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
 // with `threads` models training each fit in `budget` bytes; at least 1.
 int max_twins_per_group(const twins::PairSpec& spec, int jobs, int threads,
                         double budget);
+
+// What a table costs, from the estimates above, group by group (a group:
+// the pairs that share copy 1 when `share`, else one pair).
+struct TableCost {
+  size_t pairs = 0;
+  size_t models = 0;      // distinct models: each group's twins + copy 1
+  size_t tasks = 0;       // groups: the most array tasks (shards) it can use
+  double total_s = 0;     // every group, one after the other, one thread
+  double longest_s = 0;   // the longest group on one thread (--threads 1)
+  int most_models = 0;    // the largest group's models: the --threads at
+                          // which every group trains all its models at once
+  double longest_at_most_s = 0;  // the longest group at --threads most_models
+  double memory_at_most = 0;     // bytes of the largest group's estimate at
+                                 // --threads most_models
+};
+TableCost table_cost(const Table& table, bool share);
 
 }  // namespace sweep

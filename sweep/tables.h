@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sweep/optimizer_lists.h"
 #include "sweep/plan.h"
 #include "twins/result.h"  // PairResult
 #include "twins/spec.h"
@@ -89,27 +90,6 @@ TableOverrides overrides_of(const std::string& name,
 // seed, or anything expand() rejects.
 std::vector<twins::PairSpec> verdict_specs(PlanRequest request);
 
-// The zoo's optimizers: adam, sgd, scalar-adam, muon, rmsprop, signum,
-// lion, adafactor, shampoo, adam-p0.5.
-std::vector<std::string> zoo_optimizers();
-
-// The optimizers in current use (table zoo-modern, docs/protocol.md §5.3):
-// soap, soap-right, adam-mini, normuon, adamuon, scion-col, scion-row,
-// shampoo-graft, muon-torch, cautious-sgd, cautious-adam.
-std::vector<std::string> modern_optimizers();
-
-// torch.optim's own optimizers (table torch-zoo, docs/results.md), as
-// canonical Python rule names with their rates: Adam, AdamW (weight decay
-// 0), NAdam, RAdam, Adamax, Adagrad, Adadelta, RMSprop, Rprop, ASGD, SGD
-// plain, heavy-ball and Nesterov. The table exists only in a program whose
-// registry resolves them (optim::has_resolver: twin-run with Python).
-// Listing them may start Python (torch.optim.Muon is probed for).
-std::vector<std::string> torch_optimizers();
-
-// Whether this program resolves the torch-zoo's rules, asked of the
-// registry without starting Python.
-bool runs_torch_rules();
-
 // ---------------------------------------------------------------------------
 // The census (docs/results.md, "The census")
 
@@ -131,8 +111,5 @@ bool listed_when_run(const std::string& name);
 // The merge steps of a run of `steps` steps when none are given: 1, 100 and
 // the last, those within the run (docs/protocol.md §9).
 std::vector<int64_t> default_merge_steps(int64_t steps);
-
-// The dial's exponents: {0, 0.125, 0.25, 0.5, 0.75, 1}.
-std::vector<double> dial_exponents();
 
 }  // namespace sweep

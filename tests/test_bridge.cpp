@@ -86,7 +86,7 @@ TEST(BridgeWithoutPython, TheCensusIsAOneLineError) {
 #include "sweep/engine.h"
 #include "sweep/plan.h"
 #include "twins/defaults.h"
-#include "twins/group_state.h"
+#include "twins/checkpoint.h"
 #include "twins/pair.h"
 #include "twins/record.h"
 #include "twins/setup.h"

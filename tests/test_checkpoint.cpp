@@ -1,4 +1,4 @@
-// Checkpoints inside a group (twins/group_state.h, docs/clusters.md): a
+// Checkpoints inside a group (twins/checkpoint.h, docs/clusters.md): a
 // group stopped at any step and resumed from its state file ends with
 // records bitwise equal, in every number that describes training, to the
 // same group run straight through — for full-batch mod-p and the char-LM's
@@ -25,7 +25,7 @@
 #include "helpers.h"
 #include "sweep/engine.h"
 #include "twins/environment.h"
-#include "twins/group_state.h"
+#include "twins/checkpoint.h"
 #include "twins/pair.h"
 #include "twins/record.h"
 

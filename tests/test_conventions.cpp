@@ -18,7 +18,7 @@
 #include "optim/registry.h"
 #include "report/verdict.h"
 #include "sweep/tables.h"
-#include "twins/group_state.h"
+#include "twins/checkpoint.h"
 #include "twins/pair.h"
 
 using namespace bridge_testing;

@@ -751,11 +751,11 @@ struct Point {
 };
 
 // One record with hand-picked drifts (2 blocks x 4 heads).
-std::string record(const std::string& opt, const std::string& twin,
-                   uint64_t init, uint64_t seed, double scale,
-                   const std::vector<Point>& curve,
-                   std::array<double, 2> acc = {0.4, 0.4},
-                   const std::string& dtype = "float32") {
+std::string record_line(const std::string& opt, const std::string& twin,
+                        uint64_t init, uint64_t seed, double scale,
+                        const std::vector<Point>& curve,
+                        std::array<double, 2> acc = {0.4, 0.4},
+                        const std::string& dtype = "float32") {
   twins::PairSpec s;
   s.task = "mod47";
   s.opt = opt;
@@ -808,31 +808,31 @@ std::vector<Point> curve(double s1, double s100, double s300, double s600,
 
 std::string hand_made_jsonl(const std::string& dtype = "float32") {
   std::string f;
-  f += record("adam", "gauge", 42, 777, 0, curve(3e-3, 0.6, 0.7, 0.7, 0.7, 0.7),
+  f += record_line("adam", "gauge", 42, 777, 0, curve(3e-3, 0.6, 0.7, 0.7, 0.7, 0.7),
               {0.40, 0.41}, dtype);
-  f += record("adam", "gauge", 42, 999, 0, curve(5e-3, 0.6, 0.8, 0.8, 0.8, 0.8),
+  f += record_line("adam", "gauge", 42, 999, 0, curve(5e-3, 0.6, 0.8, 0.8, 0.8, 0.8),
               {0.40, 0.40}, dtype);
-  f += record("adam", "gauge", 123, 777, 0,
+  f += record_line("adam", "gauge", 123, 777, 0,
               curve(4e-3, 0.6, 0.75, 0.75, 0.75, 0.75), {0.40, 0.395}, dtype);
-  f += record("adam", "identity", 42, 0, 0, curve(0, 0, 0, 0, 0, 0, 0),
+  f += record_line("adam", "identity", 42, 0, 0, curve(0, 0, 0, 0, 0, 0, 0),
               {0.4, 0.4}, dtype);
-  f += record("adam", "noise", 42, 888, 1e-7,
+  f += record_line("adam", "noise", 42, 888, 1e-7,
               curve(3e-7, 1e-5, 1e-5, 1e-5, 1e-5, 1e-5), {0.4, 0.4}, dtype);
-  f += record("adam", "noise", 42, 888, 1e-5,
+  f += record_line("adam", "noise", 42, 888, 1e-5,
               curve(2e-5, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3), {0.4, 0.4}, dtype);
-  f += record("sgd", "gauge", 42, 777, 0,
+  f += record_line("sgd", "gauge", 42, 777, 0,
               curve(2e-7, 1e-5, 1e-5, 1e-5, 1e-5, 2e-5), {0.4, 0.4}, dtype);
-  f += record("sgd", "gauge", 123, 999, 0,
+  f += record_line("sgd", "gauge", 123, 999, 0,
               curve(5e-7, 1e-5, 1e-5, 1e-5, 1e-5, 3e-4), {0.4, 0.4}, dtype);
-  f += record("scalar-adam", "gauge", 42, 777, 0,
+  f += record_line("scalar-adam", "gauge", 42, 777, 0,
               curve(1.6e-7, 4e-6, 4e-6, 4e-6, 4e-6, 4e-6), {0.4, 0.4}, dtype);
   // Muon init 42: gauge / noise = 1/100, 10, 1, 10, 1 from step 100 on
   // (step 1 must not count; step 100 counts, as in the paper's
   // attention_gauge_multiseed.py): the chaos metric is
   // (2 + 1 + 0 + 1 + 0) / 5 = 0.8 decades.
-  f += record("muon", "gauge", 42, 777, 0,
+  f += record_line("muon", "gauge", 42, 777, 0,
               curve(2e-7, 1e-2, 0.1, 0.2, 0.5, 0.8), {0.4, 0.4}, dtype);
-  f += record("muon", "noise", 42, 888, 1e-7,
+  f += record_line("muon", "noise", 42, 888, 1e-7,
               curve(3e-7, 1.0, 0.01, 0.2, 0.05, 0.8), {0.4, 0.4}, dtype);
   return f;
 }
@@ -1135,12 +1135,8 @@ class ScopedEnv {
 
 sweep::Parallelism parallelism(int jobs, bool jobs_given, int threads,
                                bool threads_given, size_t groups) {
-  sweep::CommandRequest r(sweep::CommandKind::kTable);
-  r.engine.jobs = jobs;
-  r.engine.threads = threads;
-  r.jobs_given = jobs_given;
-  r.threads_given = threads_given;
-  return sweep::resolve_parallelism(r, groups);
+  return sweep::resolve_parallelism(jobs, jobs_given, threads, threads_given,
+                                    groups);
 }
 
 TEST(Parallelism, SlurmCpusFillTheTaskWhenJobsAndThreadsAreNotGiven) {
@@ -1277,7 +1273,7 @@ TEST(TableCommand, SlurmCpusChangeTheSchedulingNotTheRecords) {
   fs::remove_all(dir);
 }
 
-struct BadInput {
+struct TableBadInput {
   std::string args;
   std::string must_mention;
 };
@@ -1286,7 +1282,7 @@ TEST(TableCommand, BadInputGivesOneLineAndNoResultsFile) {
   const fs::path dir = fresh_dir("bad");
   spit(dir / "malformed.jsonl", "{\"key\": 1}\nnot json\n");
   spit(dir / "empty.jsonl", "");
-  const std::vector<BadInput> bad = {
+  const std::vector<TableBadInput> bad = {
       {"table table4 --out res.jsonl", "table4"},
       {"table table3 --shard 3/2 --out res.jsonl", "3/2"},
       {"table table3 --shard 0/0 --out res.jsonl", "0/0"},

@@ -141,7 +141,7 @@ NumericEnv compute(const std::string& device) {
   return env;
 }
 
-std::string text(const nlohmann::json& object, const char* name) {
+std::string env_text(const nlohmann::json& object, const char* name) {
   if (!object.contains(name))
     return kUnknownEnvironment;
   TORCH_CHECK(object[name].is_string(), "field 'numeric_env.", name,
@@ -187,11 +187,11 @@ nlohmann::json to_json(const NumericEnv& env) {
 NumericEnv numeric_env_from_json(const nlohmann::json& object) {
   TORCH_CHECK(object.is_object(), "field 'numeric_env' is not an object");
   NumericEnv env;
-  env.torch = text(object, "torch");
-  env.blas = text(object, "blas");
-  env.blas_core = text(object, "blas_core");
-  env.cpu_capability = text(object, "cpu_capability");
-  env.device = text(object, "device");
+  env.torch = env_text(object, "torch");
+  env.blas = env_text(object, "blas");
+  env.blas_core = env_text(object, "blas_core");
+  env.cpu_capability = env_text(object, "cpu_capability");
+  env.device = env_text(object, "device");
   return env;
 }
 

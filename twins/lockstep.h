@@ -8,7 +8,7 @@
 // against the reference exactly as a pair of two models would: a group of
 // one is a pair, and every pair's record is bitwise the same whichever group
 // it trains in. What it trains is saved and restored by the group's
-// checkpoint (twins/group_state.h); when to measure, by run_group
+// checkpoint (twins/checkpoint.h); when to measure, by run_group
 // (twins/pair.h).
 #pragma once
 
@@ -108,7 +108,7 @@ class Lockstep {
   const std::vector<double>& twin_losses(size_t twin) const;
   const data::Task& task() const { return *task_; }
 
-  // What a checkpoint saves and restores (twins/group_state.h): the
+  // What a checkpoint saves and restores (twins/checkpoint.h): the
   // reference's and a live twin's model, optimizer and losses.
   TrainingCopy& reference_copy() { return *reference_; }
   TrainingCopy& twin_copy(size_t twin);

@@ -12,7 +12,6 @@ namespace twins {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr int kLambdaSteps = 10;  // lambda = i / 10, docs/protocol.md §9
 
 // Symmetric bitwise and without an eigenvalue below round-off of zero.
@@ -276,7 +275,7 @@ double loss_barrier(const std::vector<double>& lambdas,
   double b = 0;
   for (size_t i = 0; i < losses.size(); ++i) {
     if (!std::isfinite(losses[i]))
-      return kNaN;
+      return std::numeric_limits<double>::quiet_NaN();
     const double lam = lambdas[i];
     b = std::max(b, losses[i] - ((1 - lam) * l0 + lam * l1));
   }

@@ -2,7 +2,7 @@
 // architecture.md, "the flow of one pair"): the group trains in lockstep
 // (twins/lockstep.h), is measured at its measurement steps (docs/
 // protocol.md §6), ends a pair that diverges, keeps its checkpoint
-// (twins/group_state.h) and hands each pair's record over as the pair
+// (twins/checkpoint.h) and hands each pair's record over as the pair
 // ends. A group of one is a pair.
 #pragma once
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/transformer.h"
-#include "twins/group_state.h"
+#include "twins/checkpoint.h"
 #include "twins/lockstep.h"
 #include "twins/result.h"
 #include "twins/spec.h"

@@ -1,4 +1,4 @@
-"""`import twins` from Python (bridge/module.cpp): rules defined in the calling
+"""`import twins` from Python (python/module.cpp): rules defined in the calling
 code (a class, a lambda factory), the records' schema, the verdict, and the
 errors as Python exceptions. Run by ctest with Debian's /usr/bin/python3 and
 PYTHONPATH=build/python; each case trains the small mod-11 model (2 blocks,

@@ -10,7 +10,7 @@
 // C++ training and their Python steps (which take the GIL back) proceed,
 // and Python sees Ctrl-C between two slices (python/twins/_engine.py draws
 // the progress bar and asks the job to stop). A stop makes every running
-// group write its checkpoint and end at its next step (twins/group_state.h):
+// group write its checkpoint and end at its next step (twins/stop.h):
 // the records written so far stay in the results file and a rerun resumes.
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
@@ -33,7 +33,7 @@
 #include "bridge_config.h"
 #include "report/verdict.h"
 #include "sweep/command.h"
-#include "twins/group_state.h"
+#include "twins/stop.h"
 #include "twins/text.h"
 
 using twins::first_line;

@@ -11,33 +11,23 @@
 // steps; the engine (sweep/engine.h) only names the results file and the
 // policy.
 //
-// The file is one header line of JSON (the group's key, the pairs it holds,
-// the step, the partial curves, and the size and SHA-256 of what follows)
-// after a magic line, then a LibTorch archive with every live model's
-// weights, every optimizer's state and every loss read so far. It is
-// written atomically (twins/io.h), so a reader sees the previous file or
-// the whole new one; a file that fails any check is "damaged" and refused
-// with one line naming it.
 //
-// Stop requests: SIGTERM, SIGUSR1 and SIGINT (handlers installed by
-// StopSignals) set a process-wide flag; a group that keeps a checkpoint
-// polls it between steps, writes its state and throws Stopped.
+// What the file holds is written and checked by twins/state_file.h; the
+// stop requests a group polls between steps are twins/stop.h.
 #pragma once
 
-#include <signal.h>
-
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "twins/result.h"
 #include "twins/spec.h"
+#include "twins/state_file.h"
+#include "twins/stop.h"
 
 namespace twins {
 
@@ -160,82 +150,6 @@ class GroupCheckpoint {
   int64_t saved_step_ = -1;  // the step the file holds; -1: none
   int64_t period_step_ = 0;  // the last save, or where counting started
   Clock::time_point period_start_ = Clock::now();
-};
-
-// ---------------------------------------------------------------------------
-// The file
-
-// The version of what a state file holds (in the group's key, so in the
-// file's name): a file of another is not found.
-constexpr int kStateFormat = 1;
-
-// The version of the file's framing, its first line (format 1 of the
-// content has had two: 1 digested the archive alone, 2 the header too); a
-// file of another is refused, naming its first line.
-constexpr int kFileLayout = 2;
-
-// What must match for a state file to be resumed by a group: the
-// reference's key with the corpus's content, the record schema and the
-// file format (the twins' own keys are listed in the file beside it).
-std::string group_state_key(const PairSpec& reference);
-
-// The two parts of a state file.
-struct StateFile {
-  nlohmann::json header;
-  std::string payload;  // the LibTorch archive
-};
-
-// Writes `header` (payload_bytes and payload_sha256 added) and `payload`
-// to `path` atomically. The environment variable TWINS_TEST_KILL, a crash
-// test's hook, names a write and a moment, "rename:K" or "written:K": the
-// process SIGKILLs itself just before the K-th write's rename, or just
-// after it (K counts this process's writes from 1).
-void write_state_file(const std::string& path, nlohmann::json header,
-                      const std::string& payload);
-
-// Reads `path` whole and checks its magic line, header, size and digest.
-// Throws "checkpoint 'path' is damaged: <why>" on any failure.
-StateFile read_state_file(const std::string& path);
-
-// ---------------------------------------------------------------------------
-// Stop requests
-
-// The signal a stop was requested by, 0 when none.
-int stop_requested() noexcept;
-// Records a stop request; async-signal-safe (a signal handler calls it).
-void request_stop(int signal) noexcept;
-// Forgets a request (tests, and a process that runs again after a stop).
-void clear_stop() noexcept;
-// "SIGTERM", "SIGUSR1", "SIGINT", or "signal N".
-std::string signal_name(int signal);
-
-// While it lives (and `install` is true): SIGTERM, SIGUSR1 and SIGINT
-// request a stop instead of ending the process, so that every group with a
-// checkpoint writes its state and stops at its next step; a second SIGTERM
-// or SIGINT ends the process at once, as without them. Clears an earlier
-// request first; restores the previous handlers.
-class StopSignals {
- public:
-  explicit StopSignals(bool install);
-  ~StopSignals();
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  static constexpr std::array<int, 3> kSignals = {SIGTERM, SIGUSR1, SIGINT};
-  bool installed_;
-  std::array<struct sigaction, 3> previous_{};
-};
-
-// Thrown by a group that stopped on request after writing its state.
-class Stopped : public std::runtime_error {
- public:
-  Stopped(int signal, const std::string& what)
-      : std::runtime_error(what), signal_(signal) {}
-  int signal() const { return signal_; }
-
- private:
-  int signal_;
 };
 
 }  // namespace twins

@@ -1,0 +1,71 @@
+#include "twins/stop.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+
+namespace twins {
+
+namespace {
+
+std::atomic<int> stop_signal{0};
+
+}  // namespace
+
+int stop_requested() noexcept {
+  return stop_signal.load();
+}
+
+void request_stop(int signal) noexcept {
+  int none = 0;
+  stop_signal.compare_exchange_strong(none, signal);
+}
+
+void clear_stop() noexcept {
+  stop_signal = 0;
+}
+
+std::string signal_name(int signal) {
+  switch (signal) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGINT:
+      return "SIGINT";
+    default:
+      return fmt::format("signal {}", signal);
+  }
+}
+
+namespace {
+
+// A stop request; a second SIGTERM or SIGINT then ends the process.
+extern "C" void on_stop_signal(int signal) {
+  request_stop(signal);
+  if (signal != SIGUSR1)
+    ::signal(signal, SIG_DFL);
+}
+
+}  // namespace
+
+StopSignals::StopSignals(bool install) : installed_(install) {
+  if (!installed_)
+    return;
+  clear_stop();
+  struct sigaction action = {};
+  action.sa_handler = on_stop_signal;
+  action.sa_flags = SA_RESTART;  // other threads' reads and writes go on
+  sigemptyset(&action.sa_mask);
+  for (size_t i = 0; i < kSignals.size(); ++i)
+    ::sigaction(kSignals[i], &action, &previous_[i]);
+}
+
+StopSignals::~StopSignals() {
+  if (!installed_)
+    return;
+  for (size_t i = 0; i < kSignals.size(); ++i)
+    ::sigaction(kSignals[i], &previous_[i], nullptr);
+}
+
+}  // namespace twins

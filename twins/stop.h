@@ -1,0 +1,54 @@
+// Stop requests: SIGTERM, SIGUSR1 and SIGINT (handlers installed by
+// StopSignals) set a process-wide flag instead of ending the process; a
+// group that keeps a checkpoint (twins/checkpoint.h) polls it between
+// steps, writes its state and throws Stopped. The front ends (app/main.cpp,
+// the Python module) install the handlers and map Stopped to an exit code.
+#pragma once
+
+#include <signal.h>
+
+#include <array>
+#include <stdexcept>
+#include <string>
+
+namespace twins {
+
+// The signal a stop was requested by, 0 when none.
+int stop_requested() noexcept;
+// Records a stop request; async-signal-safe (a signal handler calls it).
+void request_stop(int signal) noexcept;
+// Forgets a request (tests, and a process that runs again after a stop).
+void clear_stop() noexcept;
+// "SIGTERM", "SIGUSR1", "SIGINT", or "signal N".
+std::string signal_name(int signal);
+
+// While it lives (and `install` is true): SIGTERM, SIGUSR1 and SIGINT
+// request a stop instead of ending the process, so that every group with a
+// checkpoint writes its state and stops at its next step; a second SIGTERM
+// or SIGINT ends the process at once, as without them. Clears an earlier
+// request first; restores the previous handlers.
+class StopSignals {
+ public:
+  explicit StopSignals(bool install);
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr std::array<int, 3> kSignals = {SIGTERM, SIGUSR1, SIGINT};
+  bool installed_;
+  std::array<struct sigaction, 3> previous_{};
+};
+
+// Thrown by a group that stopped on request after writing its state.
+class Stopped : public std::runtime_error {
+ public:
+  Stopped(int signal, const std::string& what)
+      : std::runtime_error(what), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
+}  // namespace twins
