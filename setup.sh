@@ -5,15 +5,18 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-# python3-dev and pybind11-dev build the Python bridge (bridge/). The last
-# five serve the tests only: a one-node SLURM cluster and GNU
+# python3-dev and pybind11-dev build the Python bridge (bridge/); ccache
+# keeps every compile in /var/cache/twins/ccache, so that a clean clone or
+# CI's next run on this machine compiles only what changed
+# (CMakeLists.txt, docs/performance.md "Build time"). Of the others, five
+# serve the tests only: a one-node SLURM cluster and GNU
 # parallel for the sharding tests (their services are not started here);
 # ninja-build and python3-venv for the CUDA leg (scripts/ci-cuda.sh, which
 # also needs the CUDA toolkit's nvcc, not a Debian package here).
 packages=(build-essential cmake libtorch-dev libfmt-dev libcli11-dev
           libgtest-dev nlohmann-json3-dev libopenblas0-pthread gnuplot-nox
           python3-torch python3-dev pybind11-dev slurm-wlm munge parallel
-          ninja-build python3-venv)
+          ninja-build python3-venv ccache)
 start=$SECONDS
 missing=()
 for p in "${packages[@]}"; do

@@ -6,9 +6,11 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 #include "data/modular.h"
 #include "model/transformer.h"
+#include "twins/defaults.h"
 #include "twins/spec.h"
 
 namespace testing_helpers {
@@ -56,6 +58,42 @@ void expect_throw_naming(F&& f, const std::string& value) {
     const std::string message = e.what_without_backtrace();
     EXPECT_NE(message.find(value), std::string::npos) << message;
   }
+}
+
+// The largest absolute entry of `t`.
+inline double max_abs(const torch::Tensor& t) {
+  return t.abs().max().item<double>();
+}
+
+// The i-th entry of `t` in row-major order.
+inline double at(const torch::Tensor& t, int64_t i) {
+  return t.reshape({-1})[i].item<double>();
+}
+
+// A float64 tensor of the given values.
+inline torch::Tensor t64(std::vector<double> v) {
+  return torch::tensor(v, torch::kDouble);
+}
+
+// A float64 normal draw of `shape` from the global stream seeded `seed`.
+inline torch::Tensor randn64(std::vector<int64_t> shape, uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::randn(shape, torch::kDouble);
+}
+
+// A random n x n orthogonal matrix (float64): Q of a normal draw's QR.
+inline torch::Tensor random_orthogonal(int64_t n, uint64_t seed) {
+  return std::get<0>(torch::linalg_qr(randn64({n, n}, seed)));
+}
+
+// The Table-3 model's mod47 pair of `opt` in float64, drawn in float64
+// (protocol §2a).
+inline twins::PairSpec mod47_float64(const std::string& opt, int64_t steps) {
+  twins::PairSpec s = twins::default_spec("mod47", opt);
+  s.steps = steps;
+  s.dtype = torch::kDouble;
+  s.protocol = twins::Protocol::kTwins;
+  return s;
 }
 
 }  // namespace testing_helpers

@@ -71,7 +71,7 @@ std::map<std::string, nlohmann::json> table3(const std::string& device,
   return out;
 }
 
-nlohmann::json at_step(const nlohmann::json& r, int step) {
+nlohmann::json record_at_step(const nlohmann::json& r, int step) {
   for (const auto& p : r["curve"])
     if (p["step"] == step) return p;
   ADD_FAILURE() << r["key"] << " has no step " << step;
@@ -91,10 +91,10 @@ TEST(Cuda, IdentityTwinIsExactAndEquivariantTwinsAreRounding) {
       }
     } else if (twin == "gauge" && opt != "adam") {  // sgd, scalar-adam, muon
       for (int step : {0, 1})
-        EXPECT_LE(at_step(r, step)["logit_drift"].get<double>(), 1e-13)
+        EXPECT_LE(record_at_step(r, step)["logit_drift"].get<double>(), 1e-13)
             << name << " step " << step;
     } else if (twin == "gauge") {  // Adam sees the basis at step 1
-      EXPECT_GE(at_step(r, 1)["logit_drift"].get<double>(), 1e-6);
+      EXPECT_GE(record_at_step(r, 1)["logit_drift"].get<double>(), 1e-6);
     }
   }
 }
@@ -105,7 +105,7 @@ TEST(Cuda, FirstStepAgreesWithTheCpu) {
   for (const auto& [name, r] : gpu) {
     ASSERT_TRUE(cpu.count(name)) << name;
     for (int step : {0, 1}) {
-      const auto g = at_step(r, step), c = at_step(cpu.at(name), step);
+      const auto g = record_at_step(r, step), c = record_at_step(cpu.at(name), step);
       // Relative 1e-10, or 1e-13 absolute for a drift at rounding level
       // (float64 rounding differs between devices).
       const double dg = g["logit_drift"], dc = c["logit_drift"];

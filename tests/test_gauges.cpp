@@ -28,6 +28,7 @@
 namespace {
 
 using testing_helpers::expect_throw_naming;
+using testing_helpers::max_abs;
 using testing_helpers::tiny_spec;
 using twins::TwinKind;
 
@@ -371,9 +372,6 @@ torch::Tensor pair_rotation(const std::vector<double>& angle) {
   return r;
 }
 
-double max_abs(const torch::Tensor& t) {
-  return t.abs().max().item<double>();
-}
 
 TEST(GaugeMerge, PairProcrustesIsTheBestRotationOfEachPair) {
   // Recovers a rotation of the subgroup exactly.

@@ -26,18 +26,14 @@
 
 namespace {
 
+using testing_helpers::max_abs;
+using testing_helpers::random_orthogonal;
+
 namespace fs = std::filesystem;
 using testing_helpers::tiny_spec;
 using twins::TwinKind;
 
-torch::Tensor random_orthogonal(int64_t n, uint64_t seed) {
-  torch::manual_seed(seed);
-  return std::get<0>(torch::linalg_qr(torch::randn({n, n}, torch::kDouble)));
-}
 
-double max_abs(const torch::Tensor& t) {
-  return t.abs().max().item<double>();
-}
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -352,7 +348,7 @@ TEST(Snapshot, SavedPairReloadsBitwise) {
 }
 
 // The one-line message of load_pair's error, or "" without one.
-std::string load_error(const fs::path& dir,
+std::string models_load_error(const fs::path& dir,
                        const twins::PairSpec* expected = nullptr) {
   try {
     twins::load_pair(dir.string(), torch::kCPU, expected);
@@ -366,7 +362,7 @@ std::string load_error(const fs::path& dir,
 void expect_error(const fs::path& dir, const fs::path& file,
                   const std::string& what,
                   const twins::PairSpec* expected = nullptr) {
-  const std::string msg = load_error(dir, expected);
+  const std::string msg = models_load_error(dir, expected);
   EXPECT_NE(msg.find("'" + file.string() + "'"), std::string::npos) << msg;
   EXPECT_NE(msg.find(what), std::string::npos) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
@@ -389,7 +385,7 @@ TEST(Snapshot, MissingCorruptOrMismatchedFilesAreOneLineErrorsNamingTheFile) {
   const fs::path other_shape = save(wide, "wide");
   const fs::path other_dtype = save(f64, "f64");
   const fs::path other_task = save(mod13, "mod13");
-  ASSERT_EQ(load_error(dir), "");
+  ASSERT_EQ(models_load_error(dir), "");
   const fs::path spec = dir / "spec.json", m1 = dir / "model1.pt",
                  m2 = dir / "model2.pt";
   const std::string good_m1 = slurp(m1), good_m2 = slurp(m2),
@@ -401,7 +397,7 @@ TEST(Snapshot, MissingCorruptOrMismatchedFilesAreOneLineErrorsNamingTheFile) {
     put(m1, good_m1);
     put(m2, good_m2);
     put(spec, good_spec);
-    ASSERT_EQ(load_error(dir), "");
+    ASSERT_EQ(models_load_error(dir), "");
   };
 
   // Any change to a model file since it was saved: spec.json recorded its
@@ -468,7 +464,7 @@ TEST(Snapshot, MissingCorruptOrMismatchedFilesAreOneLineErrorsNamingTheFile) {
   want = t.spec;
   want.heads = 2;
   expect_error(dir, spec, "has heads 4, expected 2", &want);
-  EXPECT_EQ(load_error(dir, &t.spec), "");
+  EXPECT_EQ(models_load_error(dir, &t.spec), "");
   fs::remove_all(base);
 }
 

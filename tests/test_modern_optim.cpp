@@ -33,24 +33,11 @@
 namespace {
 
 using optim::Equivariance;
+using testing_helpers::at;
 using testing_helpers::expect_throw_naming;
-
-torch::Tensor randn64(std::vector<int64_t> shape, uint64_t seed) {
-  torch::manual_seed(seed);
-  return torch::randn(shape, torch::kDouble);
-}
-
-torch::Tensor t64(std::vector<double> v) {
-  return torch::tensor(v, torch::kDouble);
-}
-
-double at(const torch::Tensor& t, int64_t i) {
-  return t.reshape({-1})[i].item<double>();
-}
-
-double max_abs(const torch::Tensor& t) {
-  return t.abs().max().item<double>();
-}
+using testing_helpers::max_abs;
+using testing_helpers::randn64;
+using testing_helpers::t64;
 
 // The gauge of docs/protocol.md §2 on one W_Q / W_K: block-diagonal, one
 // random orthogonal head_dim x head_dim block per head, acting on the rows.
@@ -118,7 +105,7 @@ double max_of(const std::vector<double>& v) {
 }
 
 // 12 steps: SOAP's eigenbases are refreshed after update 10 (call 11).
-constexpr int kSteps = 12;
+constexpr int kCommutationSteps = 12;
 
 // Every registered rule and three points of the Adam-p dial, by the class
 // the registry predicts for it.
@@ -139,7 +126,7 @@ TEST(ModernCommutation, EquivariantRulesCommuteWithTheHeadGaugeTo1e12) {
   EXPECT_GE(names.size(), 8u);  // sgd, scalar-adam, muon, shampoo, ...
   for (const auto& name : names) {
     for (uint64_t seed : {1, 2}) {
-      const auto c = commutation(name, kSteps, seed);
+      const auto c = commutation(name, kCommutationSteps, seed);
       EXPECT_LE(max_of(c.defect), 1e-12) << name << " seed " << seed;
     }
   }

@@ -29,15 +29,10 @@
 namespace {
 
 using testing_helpers::expect_throw_naming;
+using testing_helpers::randn64;
+using testing_helpers::random_orthogonal;
 
-torch::Tensor randn64(std::vector<int64_t> shape, uint64_t seed) {
-  torch::manual_seed(seed);
-  return torch::randn(shape, torch::kDouble);
-}
 
-torch::Tensor random_orthogonal(int64_t n, uint64_t seed) {
-  return std::get<0>(torch::linalg_qr(randn64({n, n}, seed)));
-}
 
 TEST(NewtonSchulz, SingularValuesOfRandomInputsLieInHalfToThreeHalves) {
   int seed = 0;

@@ -29,6 +29,10 @@
 
 namespace {
 
+using testing_helpers::at;
+using testing_helpers::mod47_float64;
+using testing_helpers::t64;
+
 // Plain gradient descent, p -= lr g.
 class PlainGd : public torch::optim::Optimizer {
  public:
@@ -49,18 +53,6 @@ class PlainGd : public torch::optim::Optimizer {
   }
 };
 
-// name, --list-optimizers line, predicted class, hyperparameters (none
-// but lr), factory, learning rate on every task.
-const bool kPlainGdRegistered =
-    optim::register_optimizer({"plain-gd",
-                               "p -= lr g",
-                               optim::Equivariance::kEquivariant,
-                               {},
-                               [](const optim::ParamSplit& p, double lr) {
-                                 return std::make_unique<PlainGd>(p.all(), lr);
-                               },
-                               0.5});
-
 }  // namespace
 
 namespace {
@@ -68,14 +60,6 @@ namespace {
 using testing_helpers::expect_throw_naming;
 using testing_helpers::tiny_spec;
 using twins::TwinKind;
-
-double at(const torch::Tensor& t, int64_t i) {
-  return t.reshape({-1})[i].item<double>();
-}
-
-torch::Tensor t64(std::vector<double> v) {
-  return torch::tensor(v, torch::kDouble);
-}
 
 double sign(double x) {
   return double((x > 0) - (x < 0));
@@ -373,15 +357,6 @@ TEST(AdamP, DenominatorAtZeroIsThePooledScalarPlusEps) {
 // ---------------------------------------------------------------------------
 // Gauge twins: float64 equivariance, step-1 split
 
-// The mod47 model (2L d64 4 heads) in float64, gauge twin, default lr.
-twins::PairSpec mod47_float64(const std::string& opt, int64_t steps) {
-  twins::PairSpec s = twins::default_spec("mod47", opt);
-  s.steps = steps;
-  s.dtype = torch::kDouble;
-  s.protocol = twins::Protocol::kTwins;  // protocol §2a
-  return s;
-}
-
 TEST(ZooTwins, ShampooAndAdamPAtZeroStayBelow1e12QkDriftInFloat64) {
   for (const char* opt : {"shampoo", "adam-p0"}) {
     auto r = twins::run_pair(mod47_float64(opt, 5));
@@ -513,6 +488,21 @@ TEST(ZooPlan, BareAdamPExpandsOncePerP) {
 }
 
 TEST(UserOptimizer, OneRegistrationLineListsItAndItRuns) {
+  // The one line a user adds (at namespace scope in their own source);
+  // here inside the test, so that the other suites of this executable
+  // list the built-in rules alone. Name, --list-optimizers line, predicted
+  // class, hyperparameters (none but lr), factory, learning rate on every
+  // task.
+  static const bool kPlainGdRegistered =
+      optim::register_optimizer({"plain-gd",
+                                 "p -= lr g",
+                                 optim::Equivariance::kEquivariant,
+                                 {},
+                                 [](const optim::ParamSplit& p, double lr) {
+                                   return std::make_unique<PlainGd>(p.all(),
+                                                                    lr);
+                                 },
+                                 0.5});
   ASSERT_TRUE(kPlainGdRegistered);
   const auto names = optim::optimizer_names();
   EXPECT_NE(std::find(names.begin(), names.end(), "plain-gd"), names.end());

@@ -28,6 +28,7 @@
 
 namespace {
 
+using testing_helpers::mod47_float64;
 using testing_helpers::tiny_spec;
 using twins::TwinKind;
 
@@ -47,14 +48,6 @@ TEST(Twins, IdentityTwinIsExactlyZeroAfter20StepsForEveryOptimizer) {
   }
 }
 
-// The mod47 model (2L d64 4 heads) in float64 for 5 steps.
-twins::PairSpec mod47_float64(const std::string& opt, int64_t steps) {
-  twins::PairSpec s = twins::default_spec("mod47", opt);
-  s.steps = steps;
-  s.dtype = torch::kDouble;
-  s.protocol = twins::Protocol::kTwins;  // protocol §2a
-  return s;
-}
 
 TEST(Twins, EquivariantGaugeTwinsStayBelow1e12QkDriftInFloat64) {
   for (const char* opt : {"sgd", "scalar-adam", "muon"}) {
@@ -469,7 +462,7 @@ TEST(Threads, AfterAnErrorNoNewItemStartsAndTheFirstIsRethrown) {
 // ---------------------------------------------------------------------------
 // File helpers: every error names the file
 
-std::string error_of(const std::function<void()>& f) {
+std::string error_message_of(const std::function<void()>& f) {
   try {
     f();
   } catch (const c10::Error& e) {
@@ -491,17 +484,17 @@ TEST(Io, WholeFileReadsAndWritesAreCheckedAndNameTheFile) {
   EXPECT_EQ(twins::path_stem("t3.jsonl"), "t3");
 
   const std::string missing = (dir / "none.jsonl").string();
-  std::string e = error_of([&] { twins::read_file(missing, "results file"); });
+  std::string e = error_message_of([&] { twins::read_file(missing, "results file"); });
   EXPECT_NE(e.find("Cannot read results file '" + missing + "'"),
             std::string::npos)
       << e;
-  e = error_of([&] { twins::read_file(dir.string()); });  // a directory
+  e = error_message_of([&] { twins::read_file(dir.string()); });  // a directory
   EXPECT_NE(e.find("Cannot read file '" + dir.string() + "'"),
             std::string::npos)
       << e;
   const int fd = ::open(path.c_str(), O_RDONLY);  // not open for writing
   ASSERT_GE(fd, 0);
-  e = error_of([&] { twins::write_all(fd, "x", path, "results file"); });
+  e = error_message_of([&] { twins::write_all(fd, "x", path, "results file"); });
   ::close(fd);
   EXPECT_NE(e.find("Cannot write results file '" + path + "'"),
             std::string::npos)
