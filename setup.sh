@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # python3-dev and pybind11-dev build the Python bridge (bridge/); ccache
-# keeps every compile in /var/cache/twins/ccache, so that a clean clone or
-# CI's next run on this machine compiles only what changed
+# keeps every compile in /var/cache/twins/ccache, so that a clean build or
+# CI's next run of a clone at the same path compiles only what changed
 # (CMakeLists.txt, docs/performance.md "Build time"). Of the others, five
 # serve the tests only: a one-node SLURM cluster and GNU
 # parallel for the sharding tests (their services are not started here);

@@ -75,6 +75,71 @@ std::string where_flags_belong(const CLI::App& root, const CLI::Error& e) {
   return hint;
 }
 
+// Every command's flags and its subcommand; the default run's flags are
+// the root's. CLI11 binds the flags by reference: they live in main.
+struct Commands {
+  app::RunFlags run;
+  app::TableFlags table_flags;
+  app::PlotFlags plot_flags;
+  app::VerdictFlags verdict_flags;
+  app::MergeFlags merge_flags;
+  app::BenchFlags bench_flags;
+  app::CensusFlags census_flags;
+  CLI::App* table = nullptr;
+  CLI::App* plot = nullptr;
+  CLI::App* verdict = nullptr;
+  CLI::App* merge = nullptr;
+  CLI::App* bench = nullptr;
+  CLI::App* census = nullptr;
+};
+
+void add_commands(CLI::App& cli, Commands& c) {
+  app::setup_run(cli, c.run);
+  c.table = app::setup_table(cli, c.table_flags);
+  c.plot = app::setup_plot(cli, c.plot_flags);
+  c.verdict = app::setup_verdict(cli, c.verdict_flags);
+  c.merge = app::setup_merge(cli, c.merge_flags);
+  c.bench = app::setup_bench(cli, c.bench_flags);
+  c.census = app::setup_census(cli, c.census_flags);
+  // One command per call. Without this bound CLI11 would take a word after
+  // a command that names another command as that command: `table merge`
+  // must run the table named merge.
+  cli.require_subcommand(0, 1);
+}
+
+// The command that was parsed, run; what it throws is one line and an exit
+// code.
+int run_parsed(const Commands& c) {
+  try {
+    if (c.table->parsed())
+      return app::run_table(c.table_flags);
+    if (c.plot->parsed())
+      return app::run_plot(c.plot_flags);
+    if (c.verdict->parsed())
+      return app::run_verdict(c.verdict_flags);
+    if (c.bench->parsed())
+      return app::run_bench(c.bench_flags);
+    if (c.merge->parsed())
+      return app::run_merge(c.merge_flags);
+    if (c.census->parsed())
+      return app::run_census(c.census_flags);
+    return app::run_run(c.run);
+  } catch (const twins::Stopped& e) {
+    // The state is saved: 75 (EX_TEMPFAIL) tells a batch script to requeue
+    // the job (scripts/slurm/table-array.sbatch); an interrupt from the
+    // terminal is 130, as the shell reports one.
+    std::fprintf(stderr, "twin-run: %s; rerun the same command to resume\n",
+                 e.what());
+    return e.signal() == SIGINT ? 130 : 75;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "twin-run: error: %s\n",
+                 first_line(e.what_without_backtrace()).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "twin-run: error: %s\n", first_line(e.what()).c_str());
+  }
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,24 +165,8 @@ int main(int argc, char** argv) {
     return std::string("twin-run: error: ") + e.what() +
            where_flags_belong(cli, e) + " (see --help)\n";
   });
-  app::RunFlags run_flags;
-  app::setup_run(cli, run_flags);
-  app::TableFlags table_flags;
-  CLI::App* table = app::setup_table(cli, table_flags);
-  app::PlotFlags plot_flags;
-  CLI::App* plot = app::setup_plot(cli, plot_flags);
-  app::VerdictFlags verdict_flags;
-  CLI::App* verdict = app::setup_verdict(cli, verdict_flags);
-  app::MergeFlags merge_flags;
-  CLI::App* merge = app::setup_merge(cli, merge_flags);
-  app::BenchFlags bench_flags;
-  CLI::App* bench = app::setup_bench(cli, bench_flags);
-  app::CensusFlags census_flags;
-  CLI::App* census = app::setup_census(cli, census_flags);
-  // One command per call. Without this bound CLI11 would take a word after
-  // a command that names another command as that command: `table merge`
-  // must run the table named merge.
-  cli.require_subcommand(0, 1);
+  Commands commands;
+  add_commands(cli, commands);
   const std::string empty = empty_value(argc, argv);
   if (!empty.empty()) {
     std::fprintf(stderr, "twin-run: error: %s (see --help)\n", empty.c_str());
@@ -128,32 +177,5 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return cli.exit(e);
   }
-  try {
-    if (table->parsed())
-      return app::run_table(table_flags);
-    if (plot->parsed())
-      return app::run_plot(plot_flags);
-    if (verdict->parsed())
-      return app::run_verdict(verdict_flags);
-    if (bench->parsed())
-      return app::run_bench(bench_flags);
-    if (merge->parsed())
-      return app::run_merge(merge_flags);
-    if (census->parsed())
-      return app::run_census(census_flags);
-    return app::run_run(run_flags);
-  } catch (const twins::Stopped& e) {
-    // The state is saved: 75 (EX_TEMPFAIL) tells a batch script to requeue
-    // the job (scripts/slurm/table-array.sbatch); an interrupt from the
-    // terminal is 130, as the shell reports one.
-    std::fprintf(stderr, "twin-run: %s; rerun the same command to resume\n",
-                 e.what());
-    return e.signal() == SIGINT ? 130 : 75;
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "twin-run: error: %s\n",
-                 first_line(e.what_without_backtrace()).c_str());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "twin-run: error: %s\n", first_line(e.what()).c_str());
-  }
-  return 1;
+  return run_parsed(commands);
 }

@@ -243,21 +243,17 @@ double BenchRow::speedup_vs_best_eager() const {
   return *std::min_element(eager_s.begin(), eager_s.end()) / s_per_pair_step;
 }
 
-double eager_seconds_per_pair_step(const BenchOptions& options,
-                                   const PairSpec& spec,
-                                   const EagerSetting& setting,
-                                   std::string* why) {
-  const std::string script = eager_script_path();
-  if (script.empty()) {
-    if (why)
-      *why = "bench/eager_pytorch.py not found";
-    return -1;
-  }
+namespace {
+
+// The shell command that times `spec` under eager PyTorch with `script`:
+// every user-supplied part (the Python, the script's and the corpus's
+// paths) quoted for the shell.
+std::string eager_command(const BenchOptions& options, const PairSpec& spec,
+                          const EagerSetting& setting,
+                          const std::string& script) {
   const bool lm = spec.task == "charlm";
   const int warmup = options.quick ? 1 : lm ? 1 : 3;
   const int timed = options.quick ? 2 : lm ? 6 : 40;
-  // Every user-supplied part of the command (the Python, the script's
-  // and the corpus's paths) quoted for the shell.
   std::string cmd = fmt::format(
       "OPENBLAS_NUM_THREADS={} {} {} --task {} --opt {} --twin {} "
       "--steps {} --warmup {} --dtype {} --threads {}",
@@ -274,7 +270,35 @@ double eager_seconds_per_pair_step(const BenchOptions& options,
                                                 : spec.corpus),
         spec.ctx, spec.batch);
   }
-  cmd += " 2>&1";
+  return cmd + " 2>&1";
+}
+
+// Why the script's run gave no time, from its output and exit status: its
+// first line, or for a Python that prints nothing (/bin/false) its status.
+std::string eager_failure(const BenchOptions& options,
+                          const std::string& out, int status) {
+  const std::string first = out.substr(0, out.find('\n'));
+  if (!first.empty())
+    return first;
+  return status == -1 || !WIFEXITED(status)
+             ? std::string("it did not run to its end")
+             : fmt::format("{} exited with status {} and printed nothing",
+                           options.python, WEXITSTATUS(status));
+}
+
+}  // namespace
+
+double eager_seconds_per_pair_step(const BenchOptions& options,
+                                   const PairSpec& spec,
+                                   const EagerSetting& setting,
+                                   std::string* why) {
+  const std::string script = eager_script_path();
+  if (script.empty()) {
+    if (why)
+      *why = "bench/eager_pytorch.py not found";
+    return -1;
+  }
+  const std::string cmd = eager_command(options, spec, setting, script);
   std::FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) {
     if (why)
@@ -291,17 +315,9 @@ double eager_seconds_per_pair_step(const BenchOptions& options,
       out.substr(brace == std::string::npos ? 0 : brace + 1);
   auto j = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
   if (status != 0 || j.is_discarded() || !j.contains("s_per_pair_step")) {
-    if (why) {
-      // A Python that prints nothing (/bin/false) still gets a reason.
-      const std::string first = out.substr(0, out.find('\n'));
-      const std::string reason =
-          !first.empty() ? first
-          : status == -1 || !WIFEXITED(status)
-              ? std::string("it did not run to its end")
-              : fmt::format("{} exited with status {} and printed nothing",
-                            options.python, WEXITSTATUS(status));
-      *why = fmt::format("{} failed: {}", script, reason);
-    }
+    if (why)
+      *why = fmt::format("{} failed: {}", script,
+                         eager_failure(options, out, status));
     return -1;
   }
   return j["s_per_pair_step"].get<double>();

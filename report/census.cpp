@@ -225,6 +225,29 @@ std::string library_label(const CensusEntry& entry) {
                                : entry.library + " " + entry.version;
 }
 
+// The measured cell of a rule whose pairs failed, its reason counted.
+std::string failed_cell(const Verdict& v, Counts& counts) {
+  // The bridge says "cannot run here: needs …" where it knows why.
+  const size_t known = v.error.find("cannot run here: ");
+  const size_t built = v.error.find(kRejected);
+  if (known != std::string::npos) {
+    const std::string cell = v.error.substr(known);
+    ++counts.reasons[reason_class(cell)];
+    return cell;
+  }
+  if (built != std::string::npos) {
+    // The bridge could not build it from its defaults and the model's
+    // parameters: an argument without a default, a base optimizer to
+    // wrap, a package it imports when built.
+    ++counts.reasons["cannot be built from its defaults"];
+    return fmt::format("cannot run here: cannot be built from its defaults "
+                       "({})",
+                       v.error.substr(built + kRejected.size()));
+  }
+  ++counts.reasons["raises while it trains"];
+  return verdict_label(v) + ": " + v.error;
+}
+
 // The row's cells of a rule the records judge: measured, as predicted,
 // trained, lr and the four figures; counted in `counts`.
 void judged_cells(const CensusEntry& entry, const RuleRecords& rule,
@@ -238,24 +261,7 @@ void judged_cells(const CensusEntry& entry, const RuleRecords& rule,
   (*cells)[3] = rates_text(rule);
   if (v.verdict == VerdictClass::kFailed) {
     ++library.cannot;
-    // The bridge says "cannot run here: needs …" where it knows why.
-    const size_t known = v.error.find("cannot run here: ");
-    const size_t built = v.error.find(kRejected);
-    if (known != std::string::npos) {
-      measured = v.error.substr(known);
-      ++counts.reasons[reason_class(measured)];
-    } else if (built != std::string::npos) {
-      // The bridge could not build it from its defaults and the model's
-      // parameters: an argument without a default, a base optimizer to
-      // wrap, a package it imports when built.
-      measured = fmt::format("cannot run here: cannot be built from its "
-                             "defaults ({})",
-                             v.error.substr(built + kRejected.size()));
-      ++counts.reasons["cannot be built from its defaults"];
-    } else {
-      measured += ": " + v.error;
-      ++counts.reasons["raises while it trains"];
-    }
+    measured = failed_cell(v, counts);
     return;
   }
   (*cells)[2] = trained_text(judged);

@@ -358,15 +358,11 @@ void check_records_belong(const CommandOutcome& out,
               " (at the records' settings): nothing to aggregate");
 }
 
-CommandOutcome resolve_aggregate(const CommandRequest& request) {
-  TORCH_CHECK(request.engine.results_path.empty(),
-              "--out names a results file to run into; with --aggregate the "
-              "tables go next to the first file");
-  CommandOutcome out;
-  out.kind = request.kind;
-  out.results_path = request.inputs.front();
-  out.run.records =
-      read_records(request.inputs, request.engine.allow_mixed_env);
+// The job lists the records of `out` belong to, one per table and
+// configuration (steps / dtype / device), the census's second part
+// included: each rebuilt as its configuration would run it.
+std::map<std::string, Table> tables_of_records(const CommandOutcome& out,
+                                               const CommandRequest& request) {
   std::map<std::string, Table> tables;  // by configuration name
   for (const auto& rec : out.run.records) {
     const std::string t =
@@ -388,6 +384,33 @@ CommandOutcome resolve_aggregate(const CommandRequest& request) {
       table.pairs.insert(table.pairs.end(), more.begin(), more.end());
     }
   }
+  return tables;
+}
+
+// Where the aggregate of `request.inputs` goes: one file, its own name;
+// several, named after their configurations (`configs`, else the layout),
+// so that merging the shards of another configuration writes elsewhere.
+std::string aggregate_stem(const CommandRequest& request,
+                           const std::vector<std::string>& configs,
+                           const std::string& layout) {
+  if (request.inputs.size() == 1)
+    return twins::summary_stem(request.inputs.front());
+  const std::string what =
+      !configs.empty() ? fmt::format("{}", fmt::join(configs, "+")) : layout;
+  return (fs::path(request.inputs.front()).parent_path() / (what + "-merged"))
+      .string();
+}
+
+CommandOutcome resolve_aggregate(const CommandRequest& request) {
+  TORCH_CHECK(request.engine.results_path.empty(),
+              "--out names a results file to run into; with --aggregate the "
+              "tables go next to the first file");
+  CommandOutcome out;
+  out.kind = request.kind;
+  out.results_path = request.inputs.front();
+  out.run.records =
+      read_records(request.inputs, request.engine.allow_mixed_env);
+  const std::map<std::string, Table> tables = tables_of_records(out, request);
   std::vector<std::string> configs;
   std::map<std::string, std::string> config_of;  // table name -> its config
   for (const auto& [config, t] : tables) {
@@ -416,17 +439,7 @@ CommandOutcome resolve_aggregate(const CommandRequest& request) {
     if (!request.table.empty())
       check_records_belong(out, request);
   }
-  // One file: its own name. Several: named after their configurations, so
-  // that merging the shards of another configuration writes elsewhere.
-  out.summary_stem = twins::summary_stem(request.inputs.front());
-  if (request.inputs.size() > 1) {
-    const std::string what = !configs.empty()
-                                 ? fmt::format("{}", fmt::join(configs, "+"))
-                                 : out.layout;
-    out.summary_stem =
-        (fs::path(request.inputs.front()).parent_path() / (what + "-merged"))
-            .string();
-  }
+  out.summary_stem = aggregate_stem(request, configs, out.layout);
   // read_records marked the inputs: no summary may replace one.
   check_summaries(out.summary_stem, request.inputs.front());
   return out;

@@ -275,6 +275,44 @@ json spec_to_json(const PairSpec& s) {
   return j;
 }
 
+namespace {
+
+// The record's "model" object into `s`: the shape, grouped-query heads and
+// rotary positions.
+void model_from_json(const json& m, PairSpec& s) {
+  s.depth = integer(field(m, "depth"), "model.depth");
+  s.d_model = integer(field(m, "d_model"), "model.d_model");
+  s.heads = integer(field(m, "heads"), "model.heads");
+  s.mlp = integer(field(m, "mlp"), "model.mlp");
+  if (m.contains("kv_heads")) {
+    s.kv_heads = integer(m["kv_heads"], "model.kv_heads");
+    if (s.kv_heads == s.heads)
+      s.kv_heads = 0;
+  }
+  if (m.contains("rope_base")) {
+    s.rope = true;
+    s.rope_base = real(m["rope_base"], "model.rope_base");
+  }
+}
+
+// The char-LM's fields into `s`: context, batch and the corpus with its
+// digest (absent for mod-p records).
+void data_from_json(const json& j, PairSpec& s) {
+  if (j.contains("ctx"))
+    s.ctx = integer(j["ctx"], "ctx");
+  if (j.contains("batch"))
+    s.batch = integer(j["batch"], "batch");
+  if (j.contains("corpus")) {
+    s.corpus = text(j["corpus"], "corpus");
+    if (s.corpus == "tinyshakespeare")
+      s.corpus.clear();  // the shipped one
+  }
+  if (j.contains("corpus_sha256"))
+    s.corpus_sha256 = text(j["corpus_sha256"], "corpus_sha256");
+}
+
+}  // namespace
+
 PairSpec spec_from_json(const json& j) {
   PairSpec s;
   // Records before schema 3 name no protocol: they followed the project's
@@ -305,31 +343,8 @@ PairSpec spec_from_json(const json& j) {
   s.dtype = parse_dtype(text(field(j, "dtype"), "dtype"));
   s.device = text(field(j, "device"), "device");
   s.data_seed = seed(field(j, "data_seed"), "data_seed");
-  const json& m = field(j, "model");
-  s.depth = integer(field(m, "depth"), "model.depth");
-  s.d_model = integer(field(m, "d_model"), "model.d_model");
-  s.heads = integer(field(m, "heads"), "model.heads");
-  s.mlp = integer(field(m, "mlp"), "model.mlp");
-  if (m.contains("kv_heads")) {
-    s.kv_heads = integer(m["kv_heads"], "model.kv_heads");
-    if (s.kv_heads == s.heads)
-      s.kv_heads = 0;
-  }
-  if (m.contains("rope_base")) {
-    s.rope = true;
-    s.rope_base = real(m["rope_base"], "model.rope_base");
-  }
-  if (j.contains("ctx"))
-    s.ctx = integer(j["ctx"], "ctx");
-  if (j.contains("batch"))
-    s.batch = integer(j["batch"], "batch");
-  if (j.contains("corpus")) {
-    s.corpus = text(j["corpus"], "corpus");
-    if (s.corpus == "tinyshakespeare")
-      s.corpus.clear();  // the shipped one
-  }
-  if (j.contains("corpus_sha256"))
-    s.corpus_sha256 = text(j["corpus_sha256"], "corpus_sha256");
+  model_from_json(field(j, "model"), s);
+  data_from_json(j, s);
   if (j.contains("merge_at")) {
     TORCH_CHECK(j["merge_at"].is_array(), "field 'merge_at' is not an array");
     for (const json& v : j["merge_at"]) {
