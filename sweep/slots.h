@@ -14,7 +14,7 @@ namespace sweep {
 // A group to run: its pairs still missing, and its checkpoint file (empty:
 // none).
 struct Group {
-  std::vector<PairSpec> pairs;
+  std::vector<twins::PairSpec> pairs;
   std::string checkpoint_path;
 };
 
