@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "app/flags.h"
-#include "bridge/census.h"
+#include "census/census.h"
 
 namespace app {
 
@@ -51,8 +51,8 @@ CLI::App* setup_census(CLI::App& parent, CensusFlags& flags) {
 }
 
 int run_census(const CensusFlags& flags) {
-  const std::vector<bridge::CensusRule> rules =
-      bridge::census_rules(flags.probe, flags.library.empty()
+  const std::vector<twins::CensusRule> rules =
+      census::rules(flags.probe, flags.library.empty()
                                             ? std::vector<std::string>{}
                                             : std::vector<std::string>{flags.library});
   fmt::print("| library | aliases | --opt | predicted (on Table 3) | {} |\n",

@@ -1,5 +1,5 @@
 // `twin-run census`: the census's rules — every optimizer of the installed
-// libraries (bridge/census.h) with its predicted class and, with --probe,
+// libraries (census/census.h) with its predicted class and, with --probe,
 // whether it runs here.
 #pragma once
 

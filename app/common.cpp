@@ -4,8 +4,6 @@
 #include <fmt/ranges.h>  // fmt::join (in <fmt/format.h> only before fmt 11)
 
 #include "bridge/bridge.h"
-#include "bridge/census.h"
-#include "report/census.h"
 #include "sweep/estimate.h"
 #include "sweep/tables.h"
 #include "report/aggregate.h"
@@ -17,7 +15,7 @@ void write_aggregate(const sweep::CommandOutcome& outcome, bool plot) {
   const std::vector<twins::PairResult> results = outcome.results();
   std::vector<report::Expected> expected;
   for (const auto& t : outcome.expected)
-    expected.push_back({t.name, t.title, t.deviations, t.pairs});
+    expected.push_back({t.name, t.title, t.deviations, t.pairs, t.census});
   report::Aggregate a = report::aggregate(report::parse_layout(outcome.layout),
                                           results, expected);
   a.notes.insert(a.notes.end(), outcome.notes.begin(), outcome.notes.end());
@@ -33,35 +31,6 @@ sweep::CommandRequest with_python_rules(sweep::CommandRequest request,
                                         const std::string& opt_args) {
   request.plan.opts = bridge::resolve_rules(request.plan.opts, opt_args);
   return request;
-}
-
-void install_census(const std::vector<std::string>& select) {
-  if (!bridge::available())
-    return;
-  sweep::set_census_lister([](const std::vector<std::string>& select) {
-    std::vector<std::string> names;
-    for (const bridge::CensusRule& rule : bridge::census_rules(false, select)) {
-      if (!rule.opt.empty() && rule.cannot_run.empty())
-        names.push_back(rule.opt);
-    }
-    return names;
-  });
-  report::set_census_source([select] {
-    std::vector<report::CensusEntry> entries;
-    for (const bridge::CensusRule& rule : bridge::census_rules(false, select)) {
-      report::CensusEntry entry;
-      entry.library = rule.library;
-      entry.version = rule.version;
-      entry.aliases = rule.aliases;
-      entry.opt = rule.opt;
-      entry.predicted = rule.predicted;
-      entry.table3 = rule.table3;
-      entry.reason = rule.reason;
-      entry.cannot_run = rule.cannot_run;
-      entries.push_back(std::move(entry));
-    }
-    return entries;
-  });
 }
 
 std::string outcome_line(const sweep::CommandOutcome& outcome) {
@@ -85,7 +54,7 @@ std::string table_list(const sweep::TableOverrides& overrides, bool share) {
   sweep::check_overrides(overrides);
   std::vector<report::TableListRow> rows;
   std::vector<std::string> run_time_lists;
-  for (const auto& name : sweep::table_names()) {
+  for (const auto& name : sweep::table_names(static_cast<bool>(overrides.census))) {
     if (sweep::listed_when_run(name)) {
       run_time_lists.push_back(name);  // enumerating it imports libraries
       continue;

@@ -24,14 +24,6 @@ void write_aggregate(const sweep::CommandOutcome& outcome, bool plot);
 sweep::CommandRequest with_python_rules(sweep::CommandRequest request,
                                         const std::string& opt_args);
 
-// Hands the census's rules (bridge::census_rules, which sweep/ and report/
-// do not see) to the census table's job list (sweep::set_census_lister)
-// and to its aggregate (report::set_census_source): the aggregate's rows
-// are those of `select` (table --rules), every rule's when it is empty —
-// only those are listed and resolved. No-op in a twin-run without Python
-// support, which then has no census table.
-void install_census(const std::vector<std::string>& select = {});
-
 // The closing line of a command (report::outcome_line) from its outcome.
 std::string outcome_line(const sweep::CommandOutcome& outcome);
 

@@ -154,7 +154,6 @@ int main(int argc, char** argv) {
   }
   twins::keep_freed_memory();  // before the first tensor
   bridge::install();            // the torch: and py: names (bridge/bridge.h)
-  app::install_census();        // the census table's rules (app/common.h)
   CLI::App cli{
       "twin-run: train two copies of a small transformer that compute the "
       "same function (one with each head's W_Q, W_K rotated by a random "

@@ -5,11 +5,13 @@
 
 #include "app/common.h"
 #include "app/flags.h"
+#include "census/census.h"
 
 namespace app {
 
 CLI::App* setup_table(CLI::App& parent, TableFlags& flags) {
   sweep::CommandRequest& r = flags.request;
+  r.overrides.census = census::catalogue();  // null without Python support
   CLI::App* cmd = parent.add_subcommand(
       "table",
       "Run one of the paper's tables (docs/protocol.md §7), the optimizer "
@@ -17,7 +19,8 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& flags) {
       "resumable (rerun to continue), parallel (--jobs), shardable "
       "(--shard); or re-aggregate results files (--aggregate)");
   cmd->add_option("name", r.table,
-                  "Table: " + fmt::format("{}", fmt::join(sweep::table_names(),
+                  "Table: " + fmt::format("{}", fmt::join(sweep::table_names(static_cast<bool>(
+                                                              r.overrides.census)),
                                                           ", ")));
   cmd->add_flag("--list", flags.list,
                 "Print every table with its pair and model counts, steps, "
@@ -77,8 +80,6 @@ int run_table(const TableFlags& flags) {
     return 0;
   }
   sweep::CommandRequest r = flags.request;
-  if (!r.overrides.rules.empty())
-    install_census(r.overrides.rules);  // the aggregate's rows: these rules
   if (!r.inputs.empty()) {
     r.kind = sweep::CommandKind::kAggregate;
     r.layout_of = inferred_layout;

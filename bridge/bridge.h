@@ -34,6 +34,8 @@
 // one-line error saying so.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -69,5 +71,30 @@ std::string resolve_rule(const std::string& name,
 // built-in rules' hyperparameters are fixed).
 std::vector<std::string> resolve_rules(const std::vector<std::string>& names,
                                        const std::string& args_json = "");
+
+// A Python module compiled into a room above the bridge (the census's
+// census/census.py): its name in sys.modules, its source and the file its
+// tracebacks name. It may import the bridge's own modules (_twins_*).
+struct EmbeddedModule {
+  const char* name;
+  const char* source;
+  const char* file;
+};
+
+// `function` of `module` (executed once per interpreter) called with
+// `args` (a JSON array, as Python values), its result as JSON. Starts the
+// interpreter when none runs and takes the GIL. Throws a one-line error:
+// Python's ("TypeError: ...") after `function`'s name; without Python
+// support, the bridge's.
+nlohmann::json call_python(const EmbeddedModule& module,
+                           const std::string& function,
+                           const nlohmann::json& args);
+
+// The predicted class of each optimizer library's rules
+// (bridge/predictions.tsv, compiled in): what the bridge states for a
+// library's class at its defaults (a Python rule's optim::OptimizerInfo),
+// and what the census shows beside its measurement. Empty without Python
+// support.
+const char* predictions_tsv();
 
 }  // namespace bridge

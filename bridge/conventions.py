@@ -28,6 +28,7 @@ with: its shape, dtype, device and requires_grad.
 
 import contextlib
 import functools
+import importlib
 import inspect
 import os
 import random
@@ -942,3 +943,54 @@ class _Identity:
 def callable_identity(fn):
     """What a callable rule is, for its name's hash (_Identity)."""
     return "\n".join(_Identity().of(fn))
+
+
+# ---------------------------------------------------------------------------
+# A library class's predicted class (bridge/predictions.tsv).
+
+def predictions(text):
+    """{(library, alias): row} of the predictions file."""
+    table = {}
+    header = None
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if header is None:
+            header = fields
+            continue
+        row = dict(zip(header, fields))
+        for alias in row["aliases"].split(","):
+            table[(row["library"], alias.strip())] = row
+    return table
+
+
+def prediction_of(predictions_tsv, fn):
+    """The predicted class of the rows whose definition is `fn`'s class at
+    its defaults (module and qualified name, no bound defaults); "" where
+    none names it or the rows disagree."""
+    top = (getattr(fn, "__module__", None) or "").split(".")[0]
+    classes = set()
+    for row in predictions(predictions_tsv).values():
+        definition = row["definition"]
+        if "(" not in definition and definition.split(".")[0] == top \
+                and _resolve(definition) is fn:
+            classes.add(row["class"])
+    return classes.pop() if len(classes) == 1 else ""
+
+
+def _resolve(path):
+    """The object a dotted path names (torch.optim.Adam), None where it
+    names none; only modules of an already imported package are imported."""
+    module, _, name = path.rpartition(".")
+    while module:
+        try:
+            value = importlib.import_module(module)
+        except ImportError:
+            module, _, outer = module.rpartition(".")
+            name = f"{outer}.{name}"
+            continue
+        for part in name.split("."):
+            value = getattr(value, part, None)
+        return value
+    return None

@@ -13,7 +13,6 @@
 #include <set>
 
 #include "bridge/bridge.h"
-#include "bridge/census.h"
 #include "bridge/python.h"
 #include "optim/registry.h"
 #include "twins/io.h"
@@ -207,7 +206,7 @@ void check_rule_file(const std::string& path, const std::string& name) {
 }
 
 // Whether `args` set nothing but the rate: the rule is its class at its
-// defaults, the census's prediction applies.
+// defaults, its library's prediction (bridge/predictions.tsv) applies.
 bool only_rate(const json& args) {
   return args.empty() || (args.size() == 1 && args.contains("lr"));
 }

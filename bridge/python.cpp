@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <mutex>
 
+#include "bridge/bridge.h"
 #include "bridge/python_optimizer.h"
 #include "bridge_config.h"
 #include "conventions_py.h"
+#include "predictions_tsv.h"
 #include "twins/text.h"
 
 using twins::first_line;
@@ -140,6 +142,33 @@ py::object conventions() {
                          "bridge/conventions.py");
 }
 
+nlohmann::json call_python(const EmbeddedModule& module,
+                           const std::string& function,
+                           const nlohmann::json& args) {
+  ensure_interpreter();
+  py::gil_scoped_acquire gil;
+  try {
+    conventions();  // what the module may import
+    py::object json = py::module_::import("json");
+    py::object result =
+        embedded_module(module.name, module.source, module.file)
+            .attr(function.c_str())(*json.attr("loads")(args.dump()));
+    return nlohmann::json::parse(
+        json.attr("dumps")(result).cast<std::string>());
+  } catch (const py::error_already_set& e) {
+    TORCH_CHECK(false, module.file, ": ", function, "() failed: ",
+                python_error(e));
+  }
+}
+
+const char* predictions_tsv() { return kPredictionsTsv; }
+
+std::optional<optim::Equivariance> library_prediction(const py::object& fn) {
+  return equivariance_named(conventions()
+                                .attr("prediction_of")(kPredictionsTsv, fn)
+                                .cast<std::string>());
+}
+
 std::string python_error(const py::error_already_set& error) {
   std::string type = "Python error", message;
   try {
@@ -228,7 +257,7 @@ std::optional<optim::Equivariance> stated_prediction(const py::object& fn,
                                                      bool plain,
                                                      const std::string& rule) {
   if (!py::hasattr(fn, "twins_predicted"))
-    return plain ? census_prediction(fn) : std::nullopt;
+    return plain ? library_prediction(fn) : std::nullopt;
   const std::string s = py::str(fn.attr("twins_predicted"));
   const auto stated = equivariance_named(s);
   TORCH_CHECK(stated, rule, ": twins_predicted is '", s,

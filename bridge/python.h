@@ -83,18 +83,18 @@ std::string content_hash(const std::string& bytes);
 // The class `name` spells (optim::to_string's words), none for another.
 std::optional<optim::Equivariance> equivariance_named(const std::string& name);
 
-// The census's prediction for the class `fn` at its defaults (the row of
-// bridge/census_predictions.tsv whose definition is fn's module and
+// The predicted class of the class `fn` at its defaults (the row of
+// bridge/predictions.tsv whose definition is fn's module and
 // qualified name, without bound defaults), when it is equivariant or
 // basis-dependent; none for a class it does not name, or names as shape,
 // distribution or n/a (their class is the census's question about a
 // model, not one line). GIL held.
-std::optional<optim::Equivariance> census_prediction(const py::object& fn);
+std::optional<optim::Equivariance> library_prediction(const py::object& fn);
 
 // The rule's predicted class: the attribute `twins_predicted` of the class
 // or factory ("equivariant" or "basis-dependent"); without one, when the
-// rule takes no arguments but lr (`plain`), the census's prediction for
-// its class at its defaults (bridge/census_predictions.tsv); else none.
+// rule takes no arguments but lr (`plain`), the library's prediction for
+// its class at its defaults (bridge/predictions.tsv); else none.
 // Throws naming `rule` for another value. GIL held.
 std::optional<optim::Equivariance> stated_prediction(const py::object& fn,
                                                      bool plain,

@@ -6,7 +6,6 @@
 #include <c10/util/Exception.h>
 
 #include "bridge/bridge.h"
-#include "bridge/census.h"
 
 namespace bridge {
 
@@ -36,7 +35,6 @@ bool is_python_rule(const std::string& name) {
 
 void install() {}
 
-
 std::string resolve_rule(const std::string& name, const std::string&) {
   unavailable(name);
 }
@@ -54,12 +52,14 @@ std::vector<std::string> resolve_rules(const std::vector<std::string>& names,
   return names;
 }
 
-std::vector<CensusRule> census_rules(bool, const std::vector<std::string>&) {
-  TORCH_CHECK(false,
-              "census: this twin-run was built without Python support, and "
-              "the census's rules are Python's (install python3-dev, "
-              "pybind11-dev and python3-torch, then reconfigure: cmake -S . "
-              "-B build -DTWINS_PYTHON=ON)");
+nlohmann::json call_python(const EmbeddedModule& module, const std::string&,
+                           const nlohmann::json&) {
+  TORCH_CHECK(false, module.file,
+              ": this twin-run was built without Python support (install "
+              "python3-dev, pybind11-dev and python3-torch, then reconfigure: "
+              "cmake -S . -B build -DTWINS_PYTHON=ON)");
 }
+
+const char* predictions_tsv() { return ""; }
 
 }  // namespace bridge

@@ -107,8 +107,10 @@ Aggregate aggregate(const Layout& layout, const Records& unordered,
   Aggregate a;
   a.layout = layout;
   a.title = lists.size() == 1 ? lists[0].title : layout.title;
+  for (const Expected& list : lists)
+    a.census.insert(a.census.end(), list.census.begin(), list.census.end());
   for (const SectionBuilder build : layout.sections) {
-    if (std::optional<Section> s = build(results)) {
+    if (std::optional<Section> s = build(Inputs{results, a.census})) {
       a.sections.push_back(std::move(*s));
     }
   }

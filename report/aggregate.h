@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "report/figure.h"
+#include "twins/census.h"
 #include "twins/result.h"
 
 namespace report {
@@ -39,9 +40,17 @@ struct Plot;  // report/plot.h
 
 using Records = std::vector<twins::PairResult>;
 
-// One section of a layout from the records (in canonical order), or none
-// when the records hold nothing it could show.
-using SectionBuilder = std::optional<Section> (*)(const Records&);
+// What a section or a figure is made of: the records, in canonical order,
+// and the census's catalogue rows behind them (Expected::census; empty:
+// the census shows the rules its records name, nothing predicted).
+struct Inputs {
+  const Records& records;
+  const std::vector<twins::CensusRule>& census;
+};
+
+// One section of a layout from its inputs, or none when the records hold
+// nothing it could show.
+using SectionBuilder = std::optional<Section> (*)(const Inputs&);
 
 // One kind of aggregate: how a table's results are summarised.
 struct Layout {
@@ -73,6 +82,9 @@ struct Expected {
   std::string title;                    // one line
   std::vector<std::string> deviations;  // "steps 50 (paper: 1500)"
   std::vector<twins::PairSpec> pairs;
+  // The census's rows its pairs were listed from (the census table's; empty
+  // for another table).
+  std::vector<twins::CensusRule> census;
 };
 
 struct Aggregate {
@@ -81,6 +93,7 @@ struct Aggregate {
   std::vector<std::string> notes;  // configuration, missing pairs, ...
   std::vector<Section> sections;
   std::string pairs_table;  // format_drift_table of every pair used
+  std::vector<twins::CensusRule> census;  // the expected lists' rows
 };
 
 // Aggregates `results` in `layout`. With `expected` job lists, only the

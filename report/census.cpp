@@ -19,11 +19,6 @@ using twins::PairResult;
 
 namespace {
 
-CensusSource& source() {
-  static CensusSource census;
-  return census;
-}
-
 // One rule at one rate: its four records, judged.
 struct Judged {
   Verdict verdict;
@@ -220,7 +215,7 @@ struct Counts {
   }
 };
 
-std::string library_label(const CensusEntry& entry) {
+std::string library_label(const twins::CensusRule& entry) {
   return entry.version.empty() ? entry.library
                                : entry.library + " " + entry.version;
 }
@@ -250,7 +245,7 @@ std::string failed_cell(const Verdict& v, Counts& counts) {
 
 // The row's cells of a rule the records judge: measured, as predicted,
 // trained, lr and the four figures; counted in `counts`.
-void judged_cells(const CensusEntry& entry, const RuleRecords& rule,
+void judged_cells(const twins::CensusRule& entry, const RuleRecords& rule,
                   Counts& counts, std::vector<std::string>* cells,
                   std::vector<Figure>* figures) {
   Counts::Library& library = counts.library(library_label(entry));
@@ -297,7 +292,7 @@ void judged_cells(const CensusEntry& entry, const RuleRecords& rule,
 }
 
 // `rule`: its records, null when there are none.
-Section::Row census_row(const CensusEntry& entry, const RuleRecords* rule,
+Section::Row census_row(const twins::CensusRule& entry, const RuleRecords* rule,
                         Counts& counts) {
   Section::Row row;
   Counts::Library& library = counts.library(library_label(entry));
@@ -325,14 +320,14 @@ Section::Row census_row(const CensusEntry& entry, const RuleRecords* rule,
   return row;
 }
 
-// The entries of the records when no source is registered: one per --opt
+// The entries of the records when no catalogue comes with them: one per --opt
 // name, nothing predicted.
-std::vector<CensusEntry> entries_of_records(const Records& all) {
-  std::vector<CensusEntry> out;
+std::vector<twins::CensusRule> entries_of_records(const Records& all) {
+  std::vector<twins::CensusRule> out;
   std::map<std::string, bool> seen;
   for (const auto& r : all) {
     if (seen.emplace(r.spec.opt, true).second) {
-      CensusEntry entry;
+      twins::CensusRule entry;
       entry.library = "–";
       entry.aliases = {r.spec.opt};
       entry.opt = r.spec.opt;
@@ -372,11 +367,12 @@ std::string counts_note(const Counts& counts) {
 
 }  // namespace
 
-std::vector<CensusPoint> census_points(const Records& all) {
+std::vector<CensusPoint> census_points(
+    const Records& all, const std::vector<twins::CensusRule>& census) {
   const std::map<std::string, RuleRecords> rules = judge_rules(all);
   std::vector<CensusPoint> points;
-  for (const CensusEntry& entry :
-       source() ? source()() : entries_of_records(all)) {
+  for (const twins::CensusRule& entry :
+       !census.empty() ? census : entries_of_records(all)) {
     const auto it = rules.find(entry.opt);
     if (it == rules.end() || it->second.rates.empty() ||
         it->second.chosen().verdict.verdict == VerdictClass::kFailed ||
@@ -392,11 +388,8 @@ std::vector<CensusPoint> census_points(const Records& all) {
   return points;
 }
 
-void set_census_source(CensusSource census) {
-  source() = std::move(census);
-}
-
-std::optional<Section> census_section(const Records& all) {
+std::optional<Section> census_section(const Inputs& in) {
+  const Records& all = in.records;
   Section s = section_of(
       "census", "Every rule of the installed libraries: predicted and measured",
       {"library", "rule (registry names)", "predicted (on Table 3)",
@@ -404,20 +397,20 @@ std::optional<Section> census_section(const Records& all) {
       {"separation", "commutation", "1e-5 twin ratio, step 1",
        "A=I, any step"});
   const std::map<std::string, RuleRecords> rules = judge_rules(all);
-  const std::vector<CensusEntry> entries =
-      source() ? source()() : entries_of_records(all);
+  const std::vector<twins::CensusRule> entries =
+      !in.census.empty() ? in.census : entries_of_records(all);
   // The rules the records hold, and those of their libraries that could
   // not run (a selection of rules shows its own; a whole census, every
   // rule); libraries not installed where the records span several.
   std::set<std::string> libraries;
-  for (const CensusEntry& entry : entries) {
+  for (const twins::CensusRule& entry : entries) {
     if (rules.count(entry.opt))
       libraries.insert(entry.library);
   }
   if (libraries.empty())
     return std::nullopt;
   Counts counts;
-  for (const CensusEntry& entry : entries) {
+  for (const twins::CensusRule& entry : entries) {
     const auto it = rules.find(entry.opt);
     const bool recorded = it != rules.end();
     const bool shown =
@@ -449,7 +442,7 @@ std::optional<Section> census_section(const Records& all) {
       "step at most {:g} of the initial model's loss; a rule whose default "
       "rate does not train is run at {} too, and judged at the rate that "
       "trains to the lowest loss (lr: every rate tried). Predictions: "
-      "bridge/census_predictions.tsv, set before any measurement.",
+      "bridge/predictions.tsv, set before any measurement.",
       twins::kTrainedLossFraction, fmt::join(twins::census_rates(), ", ")));
   return s;
 }

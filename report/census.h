@@ -6,12 +6,12 @@
 // trained and at which rate — or why it cannot run here; then the counts
 // per verdict, per library and per reason.
 //
-// The rules and their predictions come from Python (bridge/census.h),
-// which registers them here; records aggregated without it (a twin-run
-// without Python support) are shown with what the records hold.
+// The rules and their predictions are the census's catalogue rows
+// (census/census.h), which a command hands over with the census table's
+// job list (Expected::census); records aggregated without them are shown
+// with what the records hold.
 #pragma once
 
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,30 +20,9 @@
 
 namespace report {
 
-// One rule of the census, as the bridge lists it.
-struct CensusEntry {
-  std::string library;               // the distribution ("timm")
-  std::string version;               // installed
-  std::vector<std::string> aliases;  // its registry names
-  std::string opt;  // the canonical --opt name its records carry
-  // The predicted class (equivariant, basis-dependent, shape,
-  // distribution), what it means on the Table-3 model (equivariant or
-  // basis-dependent) and the one-line reason; empty for a rule newer than
-  // the predictions.
-  std::string predicted, table3, reason;
-  // Why it cannot be run here ("cannot run here: needs CUDA (…)", "does not
-  // load (…)", "not installed"); empty when it is in the job list.
-  std::string cannot_run;
-};
-
-using CensusSource = std::function<std::vector<CensusEntry>()>;
-
-// The census's rules for the section below (the bridge, when a program
-// runs Python rules).
-void set_census_source(CensusSource source);
-
-// The census section: records in canonical order.
-std::optional<Section> census_section(const Records& all);
+// The census section: one row per rule of `in.census` (of the rules its
+// records name when it has none).
+std::optional<Section> census_section(const Inputs& in);
 
 // One judged rule of the census figure (report/plot.h, plot_census).
 struct CensusPoint {
@@ -55,8 +34,9 @@ struct CensusPoint {
   std::string dtype;      // the records' ("float32", "float64")
 };
 
-// Every rule the records judge (failed ones left out), in the census's
-// order.
-std::vector<CensusPoint> census_points(const Records& all);
+// Every rule the records judge (failed ones left out), in the order of
+// `census`'s rows (of the records when it has none).
+std::vector<CensusPoint> census_points(
+    const Records& all, const std::vector<twins::CensusRule>& census);
 
 }  // namespace report

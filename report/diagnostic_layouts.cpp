@@ -219,7 +219,8 @@ std::vector<std::pair<MergeKey, std::vector<const MergePoint*>>> merge_rows(
 // The zoo: one row per optimizer, the class the registry predicts beside
 // the verdict (report/verdict.h) on its four pairs; optimizers whose four
 // pairs are not all recorded yet as pending.
-std::optional<Section> zoo_section(const Records& all) {
+std::optional<Section> zoo_section(const Inputs& in) {
+  const Records& all = in.records;
   Section s = section_of(
       "zoo", "Predicted class against the measured verdict",
       {"optimizer", "predicted", "measured", "as predicted"},
@@ -246,7 +247,8 @@ std::optional<Section> zoo_section(const Records& all) {
 
 // The dial: Adam-p gauge drift against p, with the two properties the
 // dial should show checked in the notes.
-std::optional<Section> dial_section(const Records& all) {
+std::optional<Section> dial_section(const Inputs& in) {
+  const Records& all = in.records;
   Section s = section_of(
       "dial", "Adam-p gauge twins: drift against the exponent p", {"p", "init"},
       {"step 0", "step 1", "step 100", "final", "QK final"});
@@ -269,7 +271,8 @@ std::optional<Section> dial_section(const Records& all) {
 // checkpoint, the loss barrier of the naive and of the aligned average, the
 // alignment residual, the invariant's drift and, for gauge twins, how far
 // the fitted rotation is from the twin's own.
-std::optional<Section> merge_section(const Records& all) {
+std::optional<Section> merge_section(const Inputs& in) {
+  const Records& all = in.records;
   const std::vector<MergeColumn> columns = merge_columns(all);
   std::vector<std::string> names;
   for (const auto& [name, get] : columns) {

@@ -130,7 +130,8 @@ std::string prediction_reason(const std::string& opt, TwinKind kind) {
   }
 }
 
-std::optional<Section> gauges_section(const Records& all) {
+std::optional<Section> gauges_section(const Inputs& in) {
+  const Records& all = in.records;
   Section s = section_of(
       "gauges", "Predicted class against the verdict, per gauge",
       {"optimizer", "gauge", "predicted", "measured", "as predicted"},

@@ -42,6 +42,6 @@ std::string prediction_reason(const std::string& opt, twins::TwinKind kind);
 
 // The gauges table: per rule and gauge twin, predicted class, verdict and
 // the figures it rests on, the VO drift beside the QK drift.
-std::optional<Section> gauges_section(const Records& all);
+std::optional<Section> gauges_section(const Inputs& in);
 
 }  // namespace report

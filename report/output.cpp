@@ -28,7 +28,7 @@ void say_drawn(const Plot& plot, const PlotFiles& f) {
 
 void draw_figures(const std::vector<twins::PairResult>& results,
                   const std::string& out, const std::string& title) {
-  say_drawn(kDriftPlot, kDriftPlot.draw(results, out, title));
+  say_drawn(kDriftPlot, plot_results(results, out, title));
 }
 
 void write_outputs(const Aggregate& aggregate,
@@ -43,7 +43,8 @@ void write_outputs(const Aggregate& aggregate,
   if (!plot || results.empty())
     return;
   for (const Plot* p : aggregate.layout.plots) {
-    say_drawn(*p, p->draw(results, stem + p->suffix, title));
+    say_drawn(*p, p->draw(Inputs{results, aggregate.census},
+                           stem + p->suffix, title));
   }
 }
 

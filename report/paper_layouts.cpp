@@ -194,7 +194,8 @@ Section::Row table9_row(const std::string& id, const Records& g) {
 
 // docs/protocol.md §7 Table 3: one row per (optimizer, twin, noise scale), the
 // paper's rows first, then any other combination the results hold.
-std::optional<Section> table3_section(const Records& all) {
+std::optional<Section> table3_section(const Inputs& in) {
+  const Records& all = in.records;
   Section s = section_of("table3", "Relative logit drift between the twins",
                          {"optimizer", "twin"},
                          {"step 0", "step 1", "step 100", last_column(all)});
@@ -222,7 +223,8 @@ std::optional<Section> table3_section(const Records& all) {
 
 // The sentences under Table 3: Adam's QK drift and accuracies; none without
 // Adam gauge twins.
-std::optional<Section> table3_extra_section(const Records& all) {
+std::optional<Section> table3_extra_section(const Inputs& in) {
+  const Records& all = in.records;
   const Results adam = pick(all, "adam", TwinKind::kGauge);
   if (adam.empty()) {
     return std::nullopt;
@@ -246,7 +248,8 @@ std::optional<Section> table3_extra_section(const Records& all) {
 }
 
 // Appendix D.5: ranges over seeds and the derived statistics of §6.
-std::optional<Section> multiseed_section(const Records& all) {
+std::optional<Section> multiseed_section(const Inputs& in) {
+  const Records& all = in.records;
   Section s = statistics_section(
       "multiseed", "Multi-seed summary (Appendix D.5)", "statistic");
   const Results gauge = pick(all, "adam", TwinKind::kGauge);
@@ -281,7 +284,8 @@ std::optional<Section> multiseed_section(const Records& all) {
 }
 
 // Table 9: one row per configuration (task and model shape).
-std::optional<Section> table9_section(const Records& all) {
+std::optional<Section> table9_section(const Inputs& in) {
+  const Records& all = in.records;
   Section s =
       section_of("table9", "Twin drift at scale and on real text", {"config"},
                  {"Adam gauge, step 1", "eq., step 1 (worst)", "Adam, final",

@@ -731,6 +731,7 @@ CensusPanel census_panel(const std::vector<CensusPoint>& points,
 }  // namespace
 
 PlotFiles plot_census(const std::vector<PairResult>& results,
+                      const std::vector<twins::CensusRule>& census,
                       const std::string& out, const std::string& title) {
   const std::string ext = figure_extension(out);
   // One panel per dtype (a census run in both precisions), each judged on
@@ -748,7 +749,7 @@ PlotFiles plot_census(const std::vector<PairResult>& results,
   std::vector<CensusPanel> panels;
   size_t blocks = 0;
   for (const auto& [dtype, records] : by_dtype) {
-    const std::vector<CensusPoint> points = census_points(records);
+    const std::vector<CensusPoint> points = census_points(records, census);
     if (points.empty())
       continue;
     panels.push_back(census_panel(points, dat, blocks));
@@ -784,12 +785,31 @@ PlotFiles plot_census(const std::vector<PairResult>& results,
   return f;
 }
 
+namespace {
+
+// A figure of the records alone, as a layout draws it.
+template <PlotFiles (*draw)(const std::vector<PairResult>&, const std::string&,
+                            const std::string&)>
+PlotFiles of_records(const Inputs& in, const std::string& out,
+                     const std::string& title) {
+  return draw(in.records, out, title);
+}
+
+PlotFiles census_figure(const Inputs& in, const std::string& out,
+                        const std::string& title) {
+  return plot_census(in.records, in.census, out, title);
+}
+
+}  // namespace
+
 // The figures the layouts draw (report/layouts.cpp).
-const Plot kDriftPlot = {".svg", plot_results, "Figure 2", "per-head QK drift"};
-const Plot kDialPlot = {"-dial.svg", plot_dial, "drift against p", nullptr};
-const Plot kMergePlot = {"-merge.svg", plot_merge, "loss along lambda",
-                         nullptr};
-const Plot kCensusPlot = {"-census.svg", plot_census,
+const Plot kDriftPlot = {".svg", of_records<plot_results>, "Figure 2",
+                         "per-head QK drift"};
+const Plot kDialPlot = {"-dial.svg", of_records<plot_dial>, "drift against p",
+                        nullptr};
+const Plot kMergePlot = {"-merge.svg", of_records<plot_merge>,
+                         "loss along lambda", nullptr};
+const Plot kCensusPlot = {"-census.svg", census_figure,
                           "separation per rule", nullptr};
 
 }  // namespace report

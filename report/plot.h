@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "report/aggregate.h"  // Inputs
+#include "twins/census.h"
 #include "twins/result.h"
 
 namespace report {
@@ -50,18 +52,20 @@ PlotFiles plot_merge(const std::vector<twins::PairResult>& results,
 // verdict's gauge / round trip, in the records' dtype) on a log axis, one
 // column per measured verdict, coloured by the class predicted, one point
 // type per library, the rules measured in the other class than predicted
-// named, the verdict's threshold (10x) as a line. Writes
+// named, the verdict's threshold (10x) as a line; the rules and their
+// predictions are `census`'s rows (report/census.h, census_points). Writes
 // OUT.gp and OUT.dat beside `out` and draws it like plot_results. Throws
 // when no rule is judged.
 PlotFiles plot_census(const std::vector<twins::PairResult>& results,
+                      const std::vector<twins::CensusRule>& census,
                       const std::string& out, const std::string& title);
 
 // One drawing a layout makes with --plot (report/layouts.cpp): `draw` at
 // <stem><suffix>, then one line naming its figure(s) and what they show.
 struct Plot {
   const char* suffix;  // ".svg", "-dial.svg"
-  PlotFiles (*draw)(const std::vector<twins::PairResult>& results,
-                    const std::string& out, const std::string& title);
+  PlotFiles (*draw)(const Inputs& in, const std::string& out,
+                    const std::string& title);
   const char* caption;     // of drift_figure: "Figure 2"
   const char* qk_caption;  // of qk_figure; null when it draws none
 };

@@ -37,17 +37,17 @@ inline Section statistics_section(std::string id, std::string title,
 }
 
 // paper_layouts.cpp
-std::optional<Section> table3_section(const Records& all);
-std::optional<Section> table3_extra_section(const Records& all);
-std::optional<Section> multiseed_section(const Records& all);
-std::optional<Section> table9_section(const Records& all);
+std::optional<Section> table3_section(const Inputs& in);
+std::optional<Section> table3_extra_section(const Inputs& in);
+std::optional<Section> multiseed_section(const Inputs& in);
+std::optional<Section> table9_section(const Inputs& in);
 bool several_init_seeds(const Records& all);
 bool all_float64(const Records& all);
 
 // diagnostic_layouts.cpp
-std::optional<Section> zoo_section(const Records& all);
-std::optional<Section> dial_section(const Records& all);
-std::optional<Section> merge_section(const Records& all);
+std::optional<Section> zoo_section(const Inputs& in);
+std::optional<Section> dial_section(const Inputs& in);
+std::optional<Section> merge_section(const Inputs& in);
 bool all_adam_p_gauge(const Records& all);
 bool all_merged(const Records& all);
 

@@ -230,7 +230,9 @@ std::vector<std::string> table_banner(const Table& table, size_t pairs,
 
 Prepared resolve_table(const CommandRequest& request) {
   TORCH_CHECK(!request.table.empty(), "table: name a table (",
-              fmt::format("{}", fmt::join(table_names(), ", ")),
+              fmt::format("{}", fmt::join(table_names(static_cast<bool>(
+                                                   request.overrides.census)),
+                                               ", ")),
               "), or use --list or --aggregate FILE");
   check_overrides(request.overrides);
   const bool sharded = !request.shard.empty();
@@ -374,6 +376,7 @@ std::map<std::string, Table> tables_of_records(const CommandOutcome& out,
     // whether it tried other rates, as the command line says.
     o.rules = request.overrides.rules;
     o.default_rates = request.overrides.default_rates;
+    o.census = request.overrides.census;
     const std::string config = config_name(t, o);
     if (!tables.count(config))
       tables.emplace(config, make_table(t, o));

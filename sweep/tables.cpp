@@ -135,21 +135,26 @@ std::vector<PairSpec> torch_zoo_pairs(const PlanRequest& base,
   return verdicts_of(base, torch_optimizers());
 }
 
-CensusLister& census_lister() {
-  static CensusLister lister;
-  return lister;
-}
-
-// The census: the verdict's five twins of every rule the installed
-// libraries register (listed by the bridge), each at its library's default
-// rate, on the Table-3 model.
-std::vector<PairSpec> census_pairs(const PlanRequest& base,
-                                   const TableOverrides& overrides) {
-  TORCH_CHECK(has_census(),
+// The census's rows that overrides.rules selects, from the catalogue the
+// command handed over.
+std::vector<twins::CensusRule> census_rows(const TableOverrides& overrides) {
+  TORCH_CHECK(overrides.census,
               "table census: this program runs no Python rules (a twin-run "
               "built without Python support: install python3-dev, "
               "pybind11-dev and python3-torch, then reconfigure)");
-  std::vector<std::string> rules = census_lister()(overrides.rules);
+  return overrides.census(overrides.rules);
+}
+
+// The census's job list: the verdict's five twins of every rule of `rows`
+// that can run, each at its library's default rate, on the Table-3 model.
+std::vector<PairSpec> census_job_list(
+    const PlanRequest& base, const TableOverrides& overrides,
+    const std::vector<twins::CensusRule>& rows) {
+  std::vector<std::string> rules;
+  for (const twins::CensusRule& row : rows) {
+    if (row.runs())
+      rules.push_back(row.opt);
+  }
   TORCH_CHECK(!rules.empty(), "table census: no rule of ",
               overrides.rules.empty()
                   ? std::string("the census's libraries is installed")
@@ -170,6 +175,12 @@ std::vector<PairSpec> census_pairs(const PlanRequest& base,
     }
   }
   return out;
+}
+
+// The census table's job list (Config::pairs; make_table keeps the rows).
+std::vector<PairSpec> census_pairs(const PlanRequest& base,
+                                   const TableOverrides& overrides) {
+  return census_job_list(base, overrides, census_rows(overrides));
 }
 
 // The census's second part: for each rule whose gauge twin is recorded at
@@ -448,11 +459,11 @@ std::vector<int64_t> default_merge_steps(int64_t steps) {
   return out;
 }
 
-std::vector<std::string> table_names() {
+std::vector<std::string> table_names(bool census) {
   std::vector<std::string> out;
   for (const auto& c : kConfigs) {
     if ((c.pairs == torch_zoo_pairs && !runs_torch_rules()) ||
-        (c.pairs == census_pairs && !has_census()))
+        (c.pairs == census_pairs && !census))
       continue;  // not in a program without Python rules
     out.push_back(c.name);
   }
@@ -472,7 +483,12 @@ Table make_table(const std::string& name, const TableOverrides& overrides) {
   t.name = c.name;
   t.layout = c.layout;
   t.title = c.title;
-  t.pairs = c.pairs(base, overrides);
+  if (c.pairs == census_pairs) {
+    t.census = census_rows(overrides);
+    t.pairs = census_job_list(base, overrides, t.census);
+  } else {
+    t.pairs = c.pairs(base, overrides);
+  }
   t.records_failures = c.pairs == census_pairs;
   if (c.pairs == census_pairs && !overrides.default_rates) {
     t.follow_up = [base, pairs = t.pairs](
@@ -577,12 +593,6 @@ std::vector<PairSpec> verdict_specs(PlanRequest r) {
   }
   return specs;
 }
-
-void set_census_lister(CensusLister lister) {
-  census_lister() = std::move(lister);
-}
-
-bool has_census() { return static_cast<bool>(census_lister()); }
 
 bool listed_when_run(const std::string& name) {
   return find_config(name).pairs == census_pairs;

@@ -13,6 +13,7 @@
 
 #include "sweep/optimizer_lists.h"
 #include "sweep/plan.h"
+#include "twins/census.h"
 #include "twins/result.h"  // PairResult
 #include "twins/spec.h"
 
@@ -33,6 +34,10 @@ struct TableOverrides {
   // The census only: each rule at its library's default rate alone, no
   // other rate tried for one that does not train there (a quick census).
   bool default_rates = false;
+  // The census's catalogue (census/census.h, handed over by the command):
+  // its rows are the census table's rules. Null: the program lists no
+  // census table (a twin-run without Python support).
+  twins::CensusCatalogue census;
 };
 
 struct Table {
@@ -54,12 +59,16 @@ struct Table {
   std::function<std::vector<twins::PairSpec>(
       const std::vector<twins::PairResult>& records)>
       follow_up;
+  // The census's rows its rules were listed from, for the aggregate's
+  // section (report::Expected::census); empty for another table.
+  std::vector<twins::CensusRule> census;
 };
 
 // table3, multiseed, table9-mod47, table9-mod97-4L, table9-mod97-6L,
 // table9-charlm, and beyond the paper zoo, zoo-modern, torch-zoo (only
-// where Python rules resolve), dial and merge.
-std::vector<std::string> table_names();
+// where Python rules resolve), dial and merge; with `census` (the command
+// has the census's catalogue, TableOverrides::census) the census too.
+std::vector<std::string> table_names(bool census = false);
 
 // The job list of `name` with `overrides` applied. Throws "Unknown table:
 // 'x' (known: ...)" and the one-line errors of expand().
@@ -89,19 +98,6 @@ TableOverrides overrides_of(const std::string& name,
 // for an empty optimizer list, an optimizer named twice, more than one init
 // seed, or anything expand() rejects.
 std::vector<twins::PairSpec> verdict_specs(PlanRequest request);
-
-// ---------------------------------------------------------------------------
-// The census (docs/results.md, "The census")
-
-// The census's rules: the --opt name of every rule of the installed
-// optimizer libraries that can be listed to run, selected as
-// TableOverrides::rules says (empty: all), in the census's order. Python
-// enumerates them, so a program that runs Python rules registers the
-// lister (bridge/census.h); the census table exists only there.
-using CensusLister =
-    std::function<std::vector<std::string>(const std::vector<std::string>&)>;
-void set_census_lister(CensusLister lister);
-bool has_census();
 
 // Whether a table's job list is enumerated when it runs (the census: from
 // the installed libraries, which takes seconds), so that a list of the

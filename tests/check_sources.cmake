@@ -1,9 +1,10 @@
 # Checks the source tree as text, so that the architecture and the citation
 # rule cannot drift silently (run by CTest as SourceTree.LayeringAndCitations):
 #  1. every #include "<folder>/..." points down the dependency direction
-#     {app, python} -> {sweep, report, bench, bridge} -> twins ->
-#     {model, optim, data} (python/: the `import twins` module, a front end
-#     beside app/);
+#     {app, python} -> {sweep, report, bench, census} -> twins ->
+#     {model, optim, data}, census -> bridge -> twins (python/: the
+#     `import twins` module, a front end beside app/; census/: the census's
+#     catalogue, which reaches sweep and report only inside their requests);
 #  2. no source cites a document outside the repository ("PROTOCOL §n",
 #     "PROTOCOL.md") or an issue number ("issue 6"): comments cite
 #     docs/protocol.md and say the reason;
@@ -20,9 +21,10 @@ set(allowed_sweep sweep twins model optim data)
 set(allowed_report report twins model optim data)
 set(allowed_bench bench twins model optim data)
 set(allowed_bridge bridge twins model optim data)
-set(allowed_app app sweep report bench bridge twins model optim data)
-set(allowed_python python sweep report bench bridge twins model optim data)
-set(folders model data optim twins sweep report bench bridge app python)
+set(allowed_census census bridge twins model optim data)
+set(allowed_app app sweep report bench census bridge twins model optim data)
+set(allowed_python python sweep report bench census bridge twins model optim data)
+set(folders model data optim twins sweep report bench bridge census app python)
 
 if(NOT EXISTS "${SOURCE_DIR}/twins/pair.h")
   message(FATAL_ERROR "SOURCE_DIR '${SOURCE_DIR}' is not the twins source tree")
@@ -56,7 +58,8 @@ foreach(folder ${folders})
 endforeach()
 # The Python sources (the package, the bridge's conventions) follow the
 # citation rule too.
-file(GLOB python_files ${SOURCE_DIR}/bridge/*.py ${SOURCE_DIR}/python/twins/*.py)
+file(GLOB python_files ${SOURCE_DIR}/bridge/*.py ${SOURCE_DIR}/census/*.py
+     ${SOURCE_DIR}/python/twins/*.py)
 foreach(file ${python_files})
   file(STRINGS ${file} lines)
   file(RELATIVE_PATH rel ${SOURCE_DIR} ${file})

@@ -9,7 +9,7 @@
 #include <algorithm>
 
 #include "bridge/bridge.h"
-#include "bridge/census.h"
+#include "census/census.h"
 #include "bridge_test_config.h"
 #include "sweep/tables.h"
 
@@ -54,8 +54,9 @@ TEST(BridgeWithoutPython, TheTorchZooIsNotListed) {
 }
 
 TEST(BridgeWithoutPython, TheCensusIsAOneLineError) {
+  EXPECT_FALSE(census::catalogue());  // no census table to list
   try {
-    bridge::census_rules(false);
+    census::rules(false);
     FAIL() << "the census listed rules without Python support";
   } catch (const c10::Error& e) {
     const std::string m = e.what_without_backtrace();
@@ -237,7 +238,7 @@ TEST(BridgeNames, EditingAFileRuleChangesItsNameAndKey) {
                    bridge::resolve_rule("py:" + unstated + ":Plain"))
                    .predicted.has_value());
   // A class the census predicts, at its defaults (lr aside), takes the
-  // census's class (bridge/census_predictions.tsv: torch.optim.Adam
+  // census's class (bridge/predictions.tsv: torch.optim.Adam
   // basis-dependent, torch.optim.SGD equivariant); with other arguments
   // it is a rule the census did not predict.
   EXPECT_EQ(optim::find_optimizer(bridge::resolve_rule("py:torch.optim:Adam"))
@@ -566,10 +567,10 @@ TEST(BridgeTorchZoo, TheTableIsTorchOptimsRulesWithTheirPredictions) {
 }
 
 // The census lists every library it knows, each rule once with its
-// aliases and the prediction set for it (bridge/census_predictions.tsv).
+// aliases and the prediction set for it (bridge/predictions.tsv).
 TEST(BridgeCensus, EveryInstalledRuleIsListedOnceWithItsPrediction) {
   bridge::install();
-  const std::vector<bridge::CensusRule> rules = bridge::census_rules(false);
+  const std::vector<twins::CensusRule> rules = census::rules(false);
   std::set<std::string> libraries, names;
   std::map<std::string, std::set<std::string>> aliases;  // per library
   for (const auto& rule : rules) {
@@ -627,7 +628,7 @@ TEST(BridgeCensus, EveryInstalledRuleIsListedOnceWithItsPrediction) {
 // SparseAdam, which takes sparse gradients only, is classified; Adam runs.
 TEST(BridgeCensus, TheProbeSaysWhyARuleCannotRunHere) {
   bridge::install();
-  const auto rules = bridge::census_rules(true, {"torch"});
+  const auto rules = census::rules(true, {"torch"});
   bool adam = false, sparse = false;
   for (const auto& rule : rules) {
     EXPECT_EQ(rule.library, "torch");
@@ -646,10 +647,10 @@ TEST(BridgeCensus, TheProbeSaysWhyARuleCannotRunHere) {
   // Where torch-optimizer is installed (the CUDA leg's venv): a wrapper
   // that takes no lr and a rule that needs Hessian-vector products are
   // classified, and its plain rules run.
-  const auto listed = bridge::census_rules(false, {"torch-optimizer"});
+  const auto listed = census::rules(false, {"torch-optimizer"});
   if (!listed.front().rule.empty()) {
     std::map<std::string, std::string> why;
-    for (const auto& rule : bridge::census_rules(true, {"torch-optimizer"}))
+    for (const auto& rule : census::rules(true, {"torch-optimizer"}))
       why[rule.rule] = rule.cannot_run;
     EXPECT_TRUE(contains(why["py:torch_optimizer:Lookahead"],
                          "cannot run here: wraps another optimizer"))
@@ -660,7 +661,7 @@ TEST(BridgeCensus, TheProbeSaysWhyARuleCannotRunHere) {
     EXPECT_EQ(why["py:torch_optimizer:Yogi"], "");
   }
   try {
-    bridge::census_rules(false, {"nope"});
+    census::rules(false, {"nope"});
     FAIL() << "an unknown library was listed";
   } catch (const c10::Error& e) {
     const std::string m = e.what_without_backtrace();

@@ -929,21 +929,18 @@ TEST(Census, ADisagreementSaysWhatTheTwinsMeasure) {
                 "B.__init__() missing 1 required positional argument: 'n'");
     all.push_back(r);
   }
-  report::set_census_source([] {
-    std::vector<report::CensusEntry> entries;
-    for (const char* opt : {"weak", "equal", "jumps", "still", "built"}) {
-      report::CensusEntry e;
-      e.library = "lib";
-      e.version = "1";
-      e.aliases = {opt};
-      e.opt = opt;
-      e.predicted = e.table3 = "basis-dependent";
-      entries.push_back(e);
-    }
-    return entries;
-  });
-  const std::optional<report::Section> s = report::census_section(all);
-  report::set_census_source(nullptr);
+  std::vector<twins::CensusRule> rows;
+  for (const char* opt : {"weak", "equal", "jumps", "still", "built"}) {
+    twins::CensusRule e;
+    e.library = "lib";
+    e.version = "1";
+    e.aliases = {opt};
+    e.opt = opt;
+    e.predicted = e.table3 = "basis-dependent";
+    rows.push_back(e);
+  }
+  const std::optional<report::Section> s =
+      report::census_section(report::Inputs{all, rows});
   ASSERT_TRUE(s.has_value());
   std::string notes;
   for (const std::string& note : s->notes)
@@ -976,14 +973,14 @@ TEST(Census, ADisagreementSaysWhatTheTwinsMeasure) {
 }
 
 // The census of the figure's test: three rules of two libraries.
-std::vector<report::CensusEntry> three_rules() {
-  std::vector<report::CensusEntry> entries;
+std::vector<twins::CensusRule> three_rules() {
+  std::vector<twins::CensusRule> entries;
   for (const auto& [opt, library, predicted] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
            {"adamish", "liba", "basis-dependent"},
            {"sgdish", "libb", "equivariant"},
            {"oddish", "libb", "basis-dependent"}}) {
-    report::CensusEntry e;
+    twins::CensusRule e;
     e.library = library;
     e.version = "1";
     e.aliases = {opt};
@@ -1012,11 +1009,9 @@ TEST(Census, TheFigureColoursByPredictionAndNamesTheDisagreements) {
               std::vector<double>(10, 1e-6)))
       all.push_back(r);
   }
-  report::set_census_source(three_rules);
   const fs::path dir = fresh_dir("census-figure");
-  const report::PlotFiles f =
-      report::plot_census(all, (dir / "c.svg").string(), "census");
-  report::set_census_source(nullptr);
+  const report::PlotFiles f = report::plot_census(
+      all, three_rules(), (dir / "c.svg").string(), "census");
   const std::string gp = slurp(f.script), dat = slurp(f.drift_data);
   // Two libraries, two point types; the colours of the two classes.
   EXPECT_NE(gp.find("title \"liba 1\""), std::string::npos) << gp;
@@ -1055,10 +1050,8 @@ TEST(Census, TheFigureColoursByPredictionAndNamesTheDisagreements) {
     r.spec.dtype = torch::kDouble;
     both.push_back(r);
   }
-  report::set_census_source(three_rules);
-  const report::PlotFiles g =
-      report::plot_census(both, (dir / "d.svg").string(), "census");
-  report::set_census_source(nullptr);
+  const report::PlotFiles g = report::plot_census(
+      both, three_rules(), (dir / "d.svg").string(), "census");
   const std::string gp2 = slurp(g.script), dat2 = slurp(g.drift_data);
   EXPECT_NE(gp2.find("set multiplot layout 2,1"), std::string::npos) << gp2;
   EXPECT_LT(gp2.find("separation, float32"), gp2.find("separation, float64"))

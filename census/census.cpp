@@ -1,9 +1,10 @@
-// The census's rules: bridge/census.py lists them from the installed
-// libraries' registries; here each is probed through the protocol.
-#include "bridge/census.h"
+// The census's rules: census/census.py lists them from the installed
+// libraries' registries (run in the bridge's interpreter through
+// bridge::call_python); here each is resolved and probed through the
+// protocol.
+#include "census/census.h"
 
 #include <c10/util/Exception.h>
-#include <pybind11/stl.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,27 +12,29 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
 
 #include "bridge/bridge.h"
-#include "bridge/python.h"
-#include "census_predictions_tsv.h"
 #include "census_py.h"
 #include "optim/registry.h"
 #include "twins/defaults.h"
 #include "twins/pair.h"
 #include "twins/text.h"
 
+using twins::CensusRule;
 using twins::first_line;
 
-namespace bridge {
+namespace census {
 
 namespace {
 
-py::object census_module() {
-  conventions();  // census.py reads its classification of errors
-  return embedded_module("_twins_census", kCensusPy, "bridge/census.py");
+const bridge::EmbeddedModule kCensusModule = {"_twins_census", kCensusPy,
+                                              "census/census.py"};
+
+nlohmann::json call(const std::string& function, const nlohmann::json& args) {
+  return bridge::call_python(kCensusModule, function, args);
 }
 
 // The census's reason for an error of a rule: its first line without the
@@ -40,10 +43,9 @@ py::object census_module() {
 std::string reason_of(const std::exception& e) {
   std::string error = first_line(e.what());
   const size_t colon = error.find(": ");
-  if (is_python_rule(error) && colon != std::string::npos)
+  if (bridge::is_python_rule(error) && colon != std::string::npos)
     error = error.substr(colon + 2);
-  py::gil_scoped_acquire gil;
-  return census_module().attr("probe_reason")(error).cast<std::string>();
+  return call("probe_reason", {error}).get<std::string>();
 }
 
 // Why `rule` (resolved) does not train two steps of a one-block model
@@ -70,40 +72,33 @@ std::string probe(const CensusRule& rule) {
 
 // The census's libraries, in its order; none is imported to name them.
 std::vector<std::string> library_names() {
-  ensure_interpreter();
-  py::gil_scoped_acquire gil;
-  return census_module()
-      .attr("library_names")()
-      .cast<std::vector<std::string>>();
+  return call("library_names", nlohmann::json::array())
+      .get<std::vector<std::string>>();
 }
 
-// The rules bridge/census.py lists for `library` (importing it alone).
+// The rules census/census.py lists for `library` (importing it alone).
 std::vector<CensusRule> list_rules(const std::string& library) {
-  ensure_interpreter();
-  py::gil_scoped_acquire gil;
-  py::object census = census_module();
-  std::vector<CensusRule> out;
+  nlohmann::json listed;
   try {
-    const py::object listed = census.attr("rules")(
-        kCensusPredictionsTsv, std::vector<std::string>{library});
-    for (py::handle item : listed) {
-      py::dict d = py::reinterpret_borrow<py::dict>(item);
-      CensusRule rule;
-      rule.library = d["library"].cast<std::string>();
-      rule.version = d["version"].cast<std::string>();
-      rule.aliases = d["aliases"].cast<std::vector<std::string>>();
-      rule.rule = d["rule"].cast<std::string>();
-      rule.definition = d["definition"].cast<std::string>();
-      rule.predicted = d["predicted"].cast<std::string>();
-      rule.table3 = d["table3"].cast<std::string>();
-      rule.reason = d["reason"].cast<std::string>();
-      rule.decided_by = d["decided_by"].cast<std::string>();
-      rule.cannot_run = d["error"].cast<std::string>();
-      out.push_back(std::move(rule));
-    }
-  } catch (const py::error_already_set& e) {
+    listed = call("rules", {bridge::predictions_tsv(), {library}});
+  } catch (const std::exception& e) {
     TORCH_CHECK(false, "census: listing the rules of ", library,
-                " failed: ", python_error(e));
+                " failed: ", first_line(e.what()));
+  }
+  std::vector<CensusRule> out;
+  for (const nlohmann::json& d : listed) {
+    CensusRule rule;
+    rule.library = d.at("library").get<std::string>();
+    rule.version = d.at("version").get<std::string>();
+    rule.aliases = d.at("aliases").get<std::vector<std::string>>();
+    rule.rule = d.at("rule").get<std::string>();
+    rule.definition = d.at("definition").get<std::string>();
+    rule.predicted = d.at("predicted").get<std::string>();
+    rule.table3 = d.at("table3").get<std::string>();
+    rule.reason = d.at("reason").get<std::string>();
+    rule.decided_by = d.at("decided_by").get<std::string>();
+    rule.cannot_run = d.at("error").get<std::string>();
+    out.push_back(std::move(rule));
   }
   return out;
 }
@@ -155,7 +150,7 @@ void resolve(CensusRule& rule, Cache& c) {
   if (it == c.resolved.end()) {
     std::pair<std::string, std::string> outcome;
     try {
-      outcome.first = resolve_rule(rule.rule);
+      outcome.first = bridge::resolve_rule(rule.rule);
     } catch (const std::exception& e) {
       outcome.second = reason_of(e);
     }
@@ -216,14 +211,13 @@ std::vector<CensusRule> select_rules(const std::vector<CensusRule>& rules,
 
 }  // namespace
 
-std::optional<optim::Equivariance> census_prediction(const py::object& fn) {
-  return equivariance_named(census_module()
-                                .attr("prediction_of")(kCensusPredictionsTsv, fn)
-                                .cast<std::string>());
-}
-
-std::vector<CensusRule> census_rules(bool probe_rules,
-                                     const std::vector<std::string>& select) {
+std::vector<CensusRule> rules(bool probe_rules,
+                              const std::vector<std::string>& select) {
+  TORCH_CHECK(bridge::available(),
+              "census: this twin-run was built without Python support, and "
+              "the census's rules are Python's (install python3-dev, "
+              "pybind11-dev and python3-torch, then reconfigure: cmake -S . "
+              "-B build -DTWINS_PYTHON=ON)");
   Cache& c = cache();
   std::vector<CensusRule> rules;
   {
@@ -243,11 +237,19 @@ std::vector<CensusRule> census_rules(bool probe_rules,
   }
   if (probe_rules) {
     for (CensusRule& rule : rules) {
-      if (!rule.opt.empty() && rule.cannot_run.empty())
+      if (rule.runs())
         rule.cannot_run = probe(rule);
     }
   }
   return rules;
 }
 
-}  // namespace bridge
+twins::CensusCatalogue catalogue() {
+  if (!bridge::available())
+    return nullptr;
+  return [](const std::vector<std::string>& select) {
+    return rules(false, select);
+  };
+}
+
+}  // namespace census

@@ -1,10 +1,11 @@
 """The census's list of rules (docs/results.md, "The census"): every
 optimizer of the installed libraries, read from each library's own
 registry when the census runs, so that a new release adds its rules, with
-the prediction set for it in bridge/census_predictions.tsv.
+the prediction set for it in bridge/predictions.tsv.
 
-This file is compiled into the bridge beside conventions.py. The C++ side
-(bridge/census.cpp) calls rules(predictions_tsv, libraries) and gets one
+This file is compiled into the census (census/CMakeLists.txt embeds it)
+and runs in the bridge's interpreter beside its modules. The C++ side
+(census/census.cpp) calls rules(predictions_tsv, libraries) and gets one
 dict per rule:
 
     library     the distribution's name as the predictions spell it
@@ -191,23 +192,6 @@ def _version(library):
         return ""
 
 
-def _predictions(text):
-    """{(library, alias): row} of the predictions file."""
-    table = {}
-    header = None
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        fields = line.split("\t")
-        if header is None:
-            header = fields
-            continue
-        row = dict(zip(header, fields))
-        for alias in row["aliases"].split(","):
-            table[(row["library"], alias.strip())] = row
-    return table
-
-
 # What a probe's error says about a need of the rule's that the protocol
 # does not meet, beyond conventions.py's (which arrive as "cannot run
 # here: ..."): (words of the message, the reason). Checked in order.
@@ -264,37 +248,6 @@ def _first_line(e):
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def prediction_of(predictions_tsv, fn):
-    """The predicted class of the rows whose definition is `fn`'s class at
-    its defaults (module and qualified name, no bound defaults); "" where
-    none names it or the rows disagree."""
-    top = (getattr(fn, "__module__", None) or "").split(".")[0]
-    classes = set()
-    for row in _predictions(predictions_tsv).values():
-        definition = row["definition"]
-        if "(" not in definition and definition.split(".")[0] == top \
-                and _resolve(definition) is fn:
-            classes.add(row["class"])
-    return classes.pop() if len(classes) == 1 else ""
-
-
-def _resolve(path):
-    """The object a dotted path names (torch.optim.Adam), None where it
-    names none; only modules of an already imported package are imported."""
-    module, _, name = path.rpartition(".")
-    while module:
-        try:
-            value = importlib.import_module(module)
-        except ImportError:
-            module, _, outer = module.rpartition(".")
-            name = f"{outer}.{name}"
-            continue
-        for part in name.split("."):
-            value = getattr(value, part, None)
-        return value
-    return None
-
-
 def library_names():
     return [library for library, _, _ in LIBRARIES]
 
@@ -302,7 +255,8 @@ def library_names():
 def rules(predictions_tsv, libraries=None):
     """The rules of `libraries` (names of LIBRARIES; every library when
     None), in the census's order; only those libraries are imported."""
-    predictions = _predictions(predictions_tsv)
+    from _twins_conventions import predictions as parse_predictions
+    predictions = parse_predictions(predictions_tsv)
     out = []
     for library, module_name, registry in LIBRARIES:
         if libraries is not None and library not in libraries:
