@@ -14,6 +14,7 @@
 
 #include "bridge/bridge.h"
 #include "bridge/python.h"
+#include "bridge/python_optimizer.h"
 #include "optim/registry.h"
 #include "twins/io.h"
 

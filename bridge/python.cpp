@@ -10,7 +10,6 @@
 #include <mutex>
 
 #include "bridge/bridge.h"
-#include "bridge/python_optimizer.h"
 #include "bridge_config.h"
 #include "conventions_py.h"
 #include "predictions_tsv.h"
@@ -228,23 +227,6 @@ py::dict Rule::kwargs(double lr) const {
       args_json.empty() ? std::string("{}") : args_json);
   d["lr"] = lr;
   return d;
-}
-
-optim::OptimizerInfo rule_info(std::shared_ptr<const Rule> rule,
-                               std::string summary,
-                               std::optional<optim::Equivariance> predicted,
-                               optim::Hparams hparams, double lr) {
-  optim::OptimizerInfo info;
-  info.name = rule->name;
-  info.summary = std::move(summary);
-  info.predicted = predicted;
-  info.hparams = std::move(hparams);
-  info.lr = lr;
-  info.make = [rule](const optim::ParamSplit& p,
-                     double rate) -> std::unique_ptr<torch::optim::Optimizer> {
-    return std::make_unique<PythonOptimizer>(rule, p, rate);
-  };
-  return info;
 }
 
 std::string content_hash(const std::string& bytes) {

@@ -69,14 +69,6 @@ struct Rule {
   py::dict kwargs(double lr) const;
 };
 
-// The registry entry of `rule`: its factory builds a PythonOptimizer,
-// `hparams` and `predicted` as given, lr the default learning rate (0:
-// none).
-optim::OptimizerInfo rule_info(std::shared_ptr<const Rule> rule,
-                               std::string summary,
-                               std::optional<optim::Equivariance> predicted,
-                               optim::Hparams hparams, double lr);
-
 // The first 16 hex digits of the SHA-256 of `bytes` (hashlib). GIL held.
 std::string content_hash(const std::string& bytes);
 

@@ -304,4 +304,21 @@ void PythonOptimizer::load(torch::serialize::InputArchive& archive) {
   steps_ = steps;
 }
 
+optim::OptimizerInfo rule_info(std::shared_ptr<const Rule> rule,
+                               std::string summary,
+                               std::optional<optim::Equivariance> predicted,
+                               optim::Hparams hparams, double lr) {
+  optim::OptimizerInfo info;
+  info.name = rule->name;
+  info.summary = std::move(summary);
+  info.predicted = predicted;
+  info.hparams = std::move(hparams);
+  info.lr = lr;
+  info.make = [rule](const optim::ParamSplit& p,
+                     double rate) -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<PythonOptimizer>(rule, p, rate);
+  };
+  return info;
+}
+
 }  // namespace bridge

@@ -27,6 +27,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,14 @@ struct ParamGroupInfo {
   int64_t head_dim = 0;  // wq, wk, wv, wo: rows (wo: columns) per head
   bool gauge = false;    // wq, wk: the gauge rotates its head row blocks
 };
+
+// The registry entry of `rule`: its factory builds a PythonOptimizer,
+// `hparams` and `predicted` as given, lr the default learning rate (0:
+// none).
+optim::OptimizerInfo rule_info(std::shared_ptr<const Rule> rule,
+                               std::string summary,
+                               std::optional<optim::Equivariance> predicted,
+                               optim::Hparams hparams, double lr);
 
 // The groups of `params`, one per entry of params.all(), named from
 // params.roles (a layer's first gain is its norm1, the second its norm2).
