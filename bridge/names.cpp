@@ -385,7 +385,7 @@ optim::OptimizerInfo resolve_file(const std::string& name) {
 // not define NAME. GIL held.
 std::string module_identity(const Parsed& p, const std::string& rule) {
   try {
-    return conventions()
+    return identity_module()
         .attr("module_identity")(p.path, p.target)
         .cast<std::string>();
   } catch (const py::error_already_set& e) {
@@ -426,7 +426,7 @@ optim::OptimizerInfo resolve_module(const std::string& name, Parsed p) {
     std::string summary = fmt::format(
         "{} of {} ({}){}", p.target, p.path, identity,
         rule->args_json.empty() ? "" : " with " + rule->args_json);
-    py::dict defaults = conventions().attr("signature_defaults")(fn);
+    py::dict defaults = identity_module().attr("signature_defaults")(fn);
     for (const auto& [k, v] : p.args.items())
       defaults[py::str(k)] = py::module_::import("json").attr("loads")(v.dump());
     return rule_info(
@@ -460,11 +460,11 @@ optim::OptimizerInfo resolve_callable(const std::string& name) {
   return it->second;
 }
 
-// What a Python callable is, for its name's hash (conventions.py,
+// What a Python callable is, for its name's hash (bridge/identity.py,
 // callable_identity: its code, defaults, closure, the globals it reads, a
 // partial's arguments, a class's members and bases).
 std::string callable_identity(const py::object& fn) {
-  return conventions().attr("callable_identity")(fn).cast<std::string>();
+  return identity_module().attr("callable_identity")(fn).cast<std::string>();
 }
 
 // The callables live in a Python dict (module _twins_rules), so that

@@ -6,12 +6,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 
 #include "bridge/bridge.h"
 #include "bridge_config.h"
+#include "adapter_py.h"
 #include "conventions_py.h"
+#include "errors_py.h"
+#include "identity_py.h"
+#include "isolation_py.h"
 #include "predictions_tsv.h"
 #include "twins/text.h"
 
@@ -37,7 +42,26 @@ struct Embedded {
 
 std::mutex start_mutex;
 
-constexpr char kConventionsModule[] = "_twins_conventions";
+// The bridge's Python side, one module per job, in the order they import
+// each other (bridge/CMakeLists.txt compiles them in).
+const EmbeddedModule kPythonSide[] = {
+    {"_twins_isolation", kIsolationPy, "bridge/isolation.py"},
+    {"_twins_errors", kErrorsPy, "bridge/errors.py"},
+    {"_twins_conventions", kConventionsPy, "bridge/conventions.py"},
+    {"_twins_adapter", kAdapterPy, "bridge/adapter.py"},
+    {"_twins_identity", kIdentityPy, "bridge/identity.py"},
+};
+
+// The module `name` of the bridge's Python side, every one loaded.
+py::object python_side(const char* name) {
+  py::object out;
+  for (const EmbeddedModule& m : kPythonSide) {
+    py::object module = embedded_module(m.name, m.source, m.file);
+    if (std::strcmp(m.name, name) == 0)
+      out = module;
+  }
+  return out;
+}
 
 // The Python whose environment the embedded interpreter takes (its
 // sys.prefix, site-packages and torch): the python beside this executable
@@ -136,10 +160,9 @@ py::object embedded_module(const char* module_name, const char* source,
   return module;
 }
 
-py::object conventions() {
-  return embedded_module(kConventionsModule, kConventionsPy,
-                         "bridge/conventions.py");
-}
+py::object adapter_module() { return python_side("_twins_adapter"); }
+
+py::object identity_module() { return python_side("_twins_identity"); }
 
 nlohmann::json call_python(const EmbeddedModule& module,
                            const std::string& function,
@@ -147,7 +170,7 @@ nlohmann::json call_python(const EmbeddedModule& module,
   ensure_interpreter();
   py::gil_scoped_acquire gil;
   try {
-    conventions();  // what the module may import
+    python_side("");  // the bridge's modules, which it may import
     py::object json = py::module_::import("json");
     py::object result =
         embedded_module(module.name, module.source, module.file)
@@ -163,7 +186,7 @@ nlohmann::json call_python(const EmbeddedModule& module,
 const char* predictions_tsv() { return kPredictionsTsv; }
 
 std::optional<optim::Equivariance> library_prediction(const py::object& fn) {
-  return equivariance_named(conventions()
+  return equivariance_named(identity_module()
                                 .attr("prediction_of")(kPredictionsTsv, fn)
                                 .cast<std::string>());
 }

@@ -35,8 +35,12 @@ void check_torch_version(const std::string& imported);
 py::object embedded_module(const char* module_name, const char* source,
                            const char* file);
 
-// The module of bridge/conventions.py, as _twins_conventions. GIL held.
-py::object conventions();
+// The modules of the bridge's Python side (each loaded with the others
+// it imports): bridge/adapter.py, the Python half of the adapter
+// (make, Adapter), as _twins_adapter; bridge/identity.py, a rule's
+// identity and a library class's prediction, as _twins_identity. GIL held.
+py::object adapter_module();
+py::object identity_module();
 
 // "TypeError: message" (the message's first line) of the Python exception
 // `error`, with the GIL held.

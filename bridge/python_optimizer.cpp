@@ -114,13 +114,13 @@ std::vector<ParamGroupInfo> param_groups(const optim::ParamSplit& p) {
 // ---------------------------------------------------------------------------
 
 struct PythonOptimizer::State {
-  py::object rule;  // conventions.Rule: the optimizer, its stream, checks
+  py::object adapter;  // adapter.Adapter: the optimizer, its stream, checks
   bool modes = false;
 };
 
 namespace {
 
-// What conventions.make needs of the model beyond the groups: the widths
+// What adapter.make needs of the model beyond the groups: the widths
 // a library may ask for by name (adam-mini's dim and n_heads).
 py::dict model_info(const std::vector<ParamGroupInfo>& groups) {
   py::dict d;
@@ -177,9 +177,9 @@ PythonOptimizer::PythonOptimizer(std::shared_ptr<const Rule> rule,
       auto state = std::make_unique<State>();
       py::object fn = rule_->callable();
       py::dict kwargs = rule_->kwargs(lr);
-      state->rule = conventions().attr("make")(fn, python_groups(groups),
+      state->adapter = adapter_module().attr("make")(fn, python_groups(groups),
                                                kwargs, model_info(groups));
-      state->modes = !state->rule.attr("modes").is_none();
+      state->modes = !state->adapter.attr("modes").is_none();
       state_ = std::move(state);
     } catch (const py::error_already_set& e) {
       error = fmt::format("{}: rejected its arguments or parameters: {}",
@@ -210,7 +210,7 @@ torch::Tensor PythonOptimizer::step(LossClosure closure) {
         model::default_generator_mutex());
     py::gil_scoped_acquire gil;
     try {
-      state_->rule.attr("step")(python_closure(closure, alive, rule_->name));
+      state_->adapter.attr("step")(python_closure(closure, alive, rule_->name));
     } catch (const py::error_already_set& e) {
       error = fmt::format("{}: step() raised at step {}: {}", rule_->name,
                           steps_, python_error(e));
@@ -240,7 +240,7 @@ void PythonOptimizer::call_rule(const char* method, const char* what) {
         model::default_generator_mutex());
     py::gil_scoped_acquire gil;
     try {
-      state_->rule.attr(method)();
+      state_->adapter.attr(method)();
     } catch (const py::error_already_set& e) {
       error = fmt::format("{}: {} raised after step {}: {}", rule_->name,
                           what, steps_, python_error(e));
@@ -256,7 +256,7 @@ void PythonOptimizer::save(torch::serialize::OutputArchive& archive) const {
     try {
       py::object buffer = py::module_::import("io").attr("BytesIO")();
       py::module_::import("torch").attr("save")(
-          state_->rule.attr("state_dict")(), buffer);
+          state_->adapter.attr("state_dict")(), buffer);
       bytes = buffer.attr("getvalue")().cast<std::string>();
     } catch (const py::error_already_set& e) {
       error = fmt::format("{}: saving its state_dict() failed: {}",
@@ -294,7 +294,7 @@ void PythonOptimizer::load(torch::serialize::InputArchive& archive) {
       // Our own bytes: every object the rule's state holds may come back.
       py::object sd = py::module_::import("torch").attr("load")(
           buffer, py::arg("weights_only") = false);
-      state_->rule.attr("load_state_dict")(sd);
+      state_->adapter.attr("load_state_dict")(sd);
     } catch (const py::error_already_set& e) {
       error = fmt::format("{}: loading its state_dict() failed: {}",
                           rule_->name, python_error(e));

@@ -75,7 +75,7 @@ struct PythonOptimizerOptions
   void set_lr(const double lr) override { this->lr(lr); }
 };
 
-// The rule is built and stepped through bridge/conventions.py: as its
+// The rule is built and stepped through bridge/adapter.py: as its
 // library expects (closures, train() / eval(), group flags, named
 // parameters), isolated from the process's global torch state, with a
 // random stream of its own (the same in both copies of a pair), and checked
@@ -117,7 +117,7 @@ class PythonOptimizer : public torch::optim::Optimizer,
 
  private:
   struct State;  // the Python optimizer, touched only under the GIL
-  // Calls conventions.Rule.`method` (what the rule calls it: `what`),
+  // Calls adapter.Adapter.`method` (what the rule calls it: `what`),
   // turning a Python error into a one-line error naming the rule.
   void call_rule(const char* method, const char* what);
   std::shared_ptr<const Rule> rule_;

@@ -193,7 +193,7 @@ def _version(library):
 
 
 # What a probe's error says about a need of the rule's that the protocol
-# does not meet, beyond conventions.py's (which arrive as "cannot run
+# does not meet, beyond bridge/errors.py's (which arrive as "cannot run
 # here: ..."): (words of the message, the reason). Checked in order.
 _NEEDS = [
     (("missing 1 required positional argument",),
@@ -237,7 +237,7 @@ def _cannot_load(e):
 
 def _conventions_reason(e):
     try:  # the bridge's classification, where this runs inside it
-        from _twins_conventions import cannot_run
+        from _twins_errors import cannot_run
     except ImportError:
         return None
     return cannot_run(e)
@@ -255,7 +255,7 @@ def library_names():
 def rules(predictions_tsv, libraries=None):
     """The rules of `libraries` (names of LIBRARIES; every library when
     None), in the census's order; only those libraries are imported."""
-    from _twins_conventions import predictions as parse_predictions
+    from _twins_identity import predictions as parse_predictions
     predictions = parse_predictions(predictions_tsv)
     out = []
     for library, module_name, registry in LIBRARIES:

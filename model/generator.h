@@ -2,7 +2,7 @@
 // draws from it while other threads may too holds this mutex. model::build
 // does (it seeds the generator with the init seed), and so does a Python
 // rule while it runs, with its own random stream swapped in
-// (bridge/python_optimizer.cpp, bridge/conventions.py).
+// (bridge/python_optimizer.cpp, bridge/isolation.py).
 #pragma once
 
 #include <mutex>

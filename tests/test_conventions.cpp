@@ -1,4 +1,5 @@
-// The conventions of real optimizer libraries (bridge/conventions.py,
+// The conventions of real optimizer libraries (bridge/conventions.py and
+// the adapter, isolation and errors beside it in bridge/*.py,
 // docs/extending.md): rules named by module, closures, train() / eval(),
 // one random stream per copy, isolation from the process's global torch
 // state, the checks after each step, and the rules that cannot run here.
