@@ -13,6 +13,7 @@
 #include <set>
 
 #include "sweep/estimate.h"
+#include "sweep/reaggregate.h"
 #include "twins/corpus.h"
 #include "twins/defaults.h"
 #include "twins/device.h"
@@ -109,19 +110,6 @@ bool summary_extension(const std::string& path) {
   return false;
 }
 
-// The summaries of `stem` (report::write_outputs): checked as outputs that
-// replace, so that neither an input nor a device nor a directory is there.
-void check_summaries(const std::string& stem, const std::string& results) {
-  if (stem.empty())
-    return;
-  for (const char* ext : {".md", ".csv"}) {
-    const std::string path = stem + ext;
-    TORCH_CHECK(!twins::same_file(path, results), "Cannot write summary '",
-                path, "': it is the results file '", results, "'");
-    twins::check_output_file(path, "summary");
-  }
-}
-
 // Every output of a command that runs pairs, before its first step: the
 // results file (appended to), its summaries, the --save-models folder.
 void check_outputs(const Prepared& prepared) {
@@ -174,16 +162,15 @@ Parallelism set_parallelism(const CommandRequest& request, Prepared* prepared) {
 // ---------------------------------------------------------------------------
 // Resolve: one function per kind
 
-// run, verdict, merge: the pairs of the plan.
-Prepared resolve_plan(const CommandRequest& request) {
+// The job list `pairs` of `plan` prepared to run into the results file
+// `request` names (default: runs/<prefix><task>-*.jsonl): the flags that
+// do not apply refused, the device resolved, --jobs / --threads set, the
+// pairs checked.
+Prepared prepare_pairs(const CommandRequest& request, const PlanRequest& plan,
+                       std::vector<PairSpec> pairs, const char* prefix) {
   Prepared prepared;
   prepared.engine = request.engine;
-  PlanRequest plan = request.plan;
-  twins::configure_determinism();  // before any CUDA call
-  if (request.kind == CommandKind::kMerge && plan.merge_at.empty())
-    plan.merge_at = default_merge_steps(planned_steps(plan));
-  prepared.pairs = request.kind == CommandKind::kVerdict ? verdict_specs(plan)
-                                                         : expand(plan);
+  prepared.pairs = std::move(pairs);
   check_applies(plan, request.kind);  // after expand: it names unknown values
   twins::resolve_device(plan.device);
   const Parallelism parallel = set_parallelism(request, &prepared);
@@ -191,20 +178,39 @@ Prepared resolve_plan(const CommandRequest& request) {
     prepared.lines.push_back(
         fmt::format("{} pairs, {}", prepared.pairs.size(), parallel.said));
   check_pairs(prepared.pairs, prepared.engine);
-  const char* prefix = request.kind == CommandKind::kVerdict ? "verdict-"
-                       : request.kind == CommandKind::kMerge ? "merge-"
-                                                             : "";
   prepared.engine.results_path = results_path(request, prefix + plan.task);
-  if (request.kind == CommandKind::kMerge) {
-    Table job_list;
-    job_list.name = job_list.layout = "merge";
-    job_list.title = "Head merging";
-    job_list.pairs = prepared.pairs;
-    prepared.outcome.layout = job_list.layout;
-    prepared.outcome.expected = {job_list};
-    prepared.outcome.summary_stem =
-        twins::summary_stem(prepared.engine.results_path);
-  }
+  return prepared;
+}
+
+// run: the pairs of the plan (the Table-3 set by default).
+Prepared resolve_run(const CommandRequest& request) {
+  twins::configure_determinism();  // before any CUDA call
+  return prepare_pairs(request, request.plan, expand(request.plan), "");
+}
+
+// verdict: the diagnostic twins of each optimizer (verdict_specs).
+Prepared resolve_verdict(const CommandRequest& request) {
+  twins::configure_determinism();
+  return prepare_pairs(request, request.plan, verdict_specs(request.plan),
+                       "verdict-");
+}
+
+// merge: the pairs of the plan, merged at plan.merge_at (default: 1, 100
+// and the last step), aggregated as the merge table.
+Prepared resolve_merge(const CommandRequest& request) {
+  twins::configure_determinism();
+  PlanRequest plan = request.plan;
+  if (plan.merge_at.empty())
+    plan.merge_at = default_merge_steps(planned_steps(plan));
+  Prepared prepared = prepare_pairs(request, plan, expand(plan), "merge-");
+  Table job_list;
+  job_list.name = job_list.layout = "merge";
+  job_list.title = "Head merging";
+  job_list.pairs = prepared.pairs;
+  prepared.outcome.layout = job_list.layout;
+  prepared.outcome.expected = {job_list};
+  prepared.outcome.summary_stem =
+      twins::summary_stem(prepared.engine.results_path);
   return prepared;
 }
 
@@ -316,138 +322,6 @@ Prepared resolve_saved(const CommandRequest& request) {
   return prepared;
 }
 
-// Records of no table must share one setting (task, steps, dtype, device,
-// shape, data): their figures share cells.
-void check_one_setting(const std::vector<StoredRecord>& records) {
-  auto setting = [](const PairSpec& spec) {
-    return fmt::format(
-        "--task {} --steps {} --dtype {} --device {} --depth {} "
-        "--d-model {} --heads {} --kv-heads {}{} --mlp {} --data-seed {}",
-        spec.task, spec.steps, twins::dtype_name(spec.dtype), spec.device,
-        spec.depth, spec.d_model, spec.heads, spec.kv_head_count(),
-        spec.rope ? fmt::format(" --rope --rope-base {}", spec.rope_base) : "",
-        spec.mlp, spec.data_seed);
-  };
-  const std::string first = setting(records.front().result.spec);
-  for (const auto& rec : records) {
-    const std::string here = setting(rec.result.spec);
-    TORCH_CHECK(here == first, "results file '", rec.file, "', line ",
-                rec.line, ": a record of another setting (", here,
-                ") than the first (", first,
-                "); aggregate records of one setting at a time");
-  }
-}
-
-// table --aggregate: the records of the files, and the job lists they
-// belong to, one per table and configuration (steps / dtype / device),
-// each rebuilt so that missing pairs can be named and other
-// configurations' records left out.
-// `table NAME --aggregate FILES` where no record is one of NAME's pairs
-// would write an empty table: refused, naming the table and the files.
-void check_records_belong(const CommandOutcome& out,
-                          const CommandRequest& request) {
-  std::set<std::string> keys;
-  for (const Table& table : out.expected) {
-    for (const PairSpec& pair : table.pairs)
-      keys.insert(pair.key());
-  }
-  const bool any = std::any_of(
-      out.run.records.begin(), out.run.records.end(),
-      [&](const StoredRecord& record) { return keys.count(record.key) > 0; });
-  TORCH_CHECK(any, "--aggregate: no record of ",
-              fmt::format("{}", fmt::join(request.inputs, ", ")),
-              " is a pair of table ", request.table,
-              " (at the records' settings): nothing to aggregate");
-}
-
-// The job lists the records of `out` belong to, one per table and
-// configuration (steps / dtype / device), the census's second part
-// included: each rebuilt as its configuration would run it.
-std::map<std::string, Table> tables_of_records(const CommandOutcome& out,
-                                               const CommandRequest& request) {
-  std::map<std::string, Table> tables;  // by configuration name
-  for (const auto& rec : out.run.records) {
-    const std::string t =
-        !request.table.empty() ? request.table : rec.json.value("table", "");
-    if (t.empty())
-      continue;
-    TableOverrides o = overrides_of(t, rec.result.spec);
-    // What the records do not hold: the census's selection of rules and
-    // whether it tried other rates, as the command line says.
-    o.rules = request.overrides.rules;
-    o.default_rates = request.overrides.default_rates;
-    o.census = request.overrides.census;
-    const std::string config = config_name(t, o);
-    if (!tables.count(config))
-      tables.emplace(config, make_table(t, o));
-  }
-  for (auto& [config, table] : tables) {
-    if (table.follow_up) {
-      const std::vector<PairSpec> more = table.follow_up(out.results());
-      table.pairs.insert(table.pairs.end(), more.begin(), more.end());
-    }
-  }
-  return tables;
-}
-
-// Where the aggregate of `request.inputs` goes: one file, its own name;
-// several, named after their configurations (`configs`, else the layout),
-// so that merging the shards of another configuration writes elsewhere.
-std::string aggregate_stem(const CommandRequest& request,
-                           const std::vector<std::string>& configs,
-                           const std::string& layout) {
-  if (request.inputs.size() == 1)
-    return twins::summary_stem(request.inputs.front());
-  const std::string what =
-      !configs.empty() ? fmt::format("{}", fmt::join(configs, "+")) : layout;
-  return (fs::path(request.inputs.front()).parent_path() / (what + "-merged"))
-      .string();
-}
-
-CommandOutcome resolve_aggregate(const CommandRequest& request) {
-  TORCH_CHECK(request.engine.results_path.empty(),
-              "--out names a results file to run into; with --aggregate the "
-              "tables go next to the first file");
-  CommandOutcome out;
-  out.kind = request.kind;
-  out.results_path = request.inputs.front();
-  out.run.records =
-      read_records(request.inputs, request.engine.allow_mixed_env);
-  const std::map<std::string, Table> tables = tables_of_records(out, request);
-  std::vector<std::string> configs;
-  std::map<std::string, std::string> config_of;  // table name -> its config
-  for (const auto& [config, t] : tables) {
-    const Table& first = tables.begin()->second;
-    TORCH_CHECK(t.layout == first.layout,
-                "the records belong to tables of different kinds (",
-                first.name, ", ", t.name, "); aggregate them separately");
-    // One table at two settings would share its cells.
-    const auto [it, fresh] = config_of.emplace(t.name, config);
-    TORCH_CHECK(fresh, "the records hold ", t.name, " at two settings (",
-                it->second, ", ", config, "); aggregate them separately");
-    out.expected.push_back(t);
-    configs.push_back(config);
-  }
-  if (tables.empty()) {
-    TORCH_CHECK(request.layout_of,
-                "aggregate: no way to name the records' layout");
-    check_one_setting(out.run.records);
-    out.layout = request.layout_of(out.results());
-    out.notes.push_back(
-        "These records name no table (a plain run): their layout is "
-        "inferred from their pairs, and the paper's figures beside them are "
-        "for the paper's configuration, not necessarily theirs.");
-  } else {
-    out.layout = tables.begin()->second.layout;
-    if (!request.table.empty())
-      check_records_belong(out, request);
-  }
-  out.summary_stem = aggregate_stem(request, configs, out.layout);
-  // read_records marked the inputs: no summary may replace one.
-  check_summaries(out.summary_stem, request.inputs.front());
-  return out;
-}
-
 // A table's second part (the census's other rates): the pairs its records
 // call for, run into the same file, their records and counts added to the
 // first part's.
@@ -475,15 +349,24 @@ void run_follow_up(const Prepared& prepared, CommandOutcome& out) {
   job_list.pairs.insert(job_list.pairs.end(), more.begin(), more.end());
 }
 
+// The resolver of each kind that runs something (an aggregate runs
+// nothing: resolve_aggregate).
 Prepared resolve(const CommandRequest& request) {
   switch (request.kind) {
+    case CommandKind::kRun:
+      return resolve_run(request);
+    case CommandKind::kVerdict:
+      return resolve_verdict(request);
+    case CommandKind::kMerge:
+      return resolve_merge(request);
     case CommandKind::kTable:
       return resolve_table(request);
     case CommandKind::kMergeSaved:
       return resolve_saved(request);
-    default:
-      return resolve_plan(request);
+    case CommandKind::kAggregate:
+      break;
   }
+  TORCH_CHECK(false, "resolve: an aggregate runs nothing");
 }
 
 }  // namespace

@@ -306,4 +306,15 @@ FileLock::~FileLock() {
     ::close(fd_);  // releases the lock
 }
 
+void check_summaries(const std::string& stem, const std::string& results) {
+  if (stem.empty())
+    return;
+  for (const char* ext : {".md", ".csv"}) {
+    const std::string path = stem + ext;
+    TORCH_CHECK(!twins::same_file(path, results), "Cannot write summary '",
+                path, "': it is the results file '", results, "'");
+    twins::check_output_file(path, "summary");
+  }
+}
+
 }  // namespace sweep

@@ -113,4 +113,10 @@ class FileLock {
   int fd_ = -1;
 };
 
+// The summaries of `stem` (<stem>.md and .csv, report::write_outputs),
+// checked as outputs that replace: neither the results file `results` nor
+// a device, a directory or a file of another kind. Nothing for an empty
+// stem.
+void check_summaries(const std::string& stem, const std::string& results);
+
 }  // namespace sweep
