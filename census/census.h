@@ -5,14 +5,14 @@
 // interpreter), each with the class predicted for it before any
 // measurement (bridge/predictions.tsv), resolved to the --opt name its
 // records carry and, when probed, whether it runs here. A command hands
-// catalogue() to the rooms that need it (twins/census.h); nothing here is
+// catalogue() to the rooms that need it (twins/census_rule.h); nothing here is
 // set from outside.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "twins/census.h"
+#include "twins/census_rule.h"
 
 namespace census {
 

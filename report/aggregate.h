@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "report/figure.h"
-#include "twins/census.h"
+#include "twins/census_rule.h"
 #include "twins/result.h"
 
 namespace report {

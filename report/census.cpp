@@ -205,6 +205,8 @@ struct Counts {
     size_t rules = 0, judged = 0, agree = 0, cannot = 0;
   };
   std::vector<std::pair<std::string, Library>> libraries;  // census order
+  // library | rule | predicted | measured | what the twins measured: one
+  // Markdown row per rule whose measured class is not its prediction.
   std::vector<std::string> disagreements;
   size_t untrained = 0;  // judged at a rate that did not train
 
@@ -280,9 +282,9 @@ void judged_cells(const twins::CensusRule& entry, const RuleRecords& rule,
     if (!same) {
       const std::string why = measured_reason(judged);
       counts.disagreements.push_back(fmt::format(
-          "{} {}: predicted {}, measured {}{}{}", entry.library,
+          "| {} | {} | {} | {} | {} |", entry.library,
           entry.aliases.empty() ? entry.opt : entry.aliases.front(),
-          entry.table3, verdict_label(v), why.empty() ? "" : " — ", why));
+          entry.table3, verdict_label(v), why.empty() ? "–" : why));
     }
   }
   *figures = {value(v.separation, 1, Unit::kRatio),
@@ -349,20 +351,21 @@ std::string counts_note(const Counts& counts) {
     cannot += n;
   }
   for (const auto& [name, library] : counts.libraries) {
-    libraries.push_back(fmt::format(
-        "{}: {} rules, {} judged ({} as predicted), {} cannot run", name,
-        library.rules, library.judged, library.agree, library.cannot));
+    libraries.push_back(fmt::format("| {} | {} | {} | {} | {} |", name,
+                                    library.rules, library.judged,
+                                    library.agree, library.cannot));
     agree += library.agree;
   }
   return fmt::format(
       "Counts: {} rules judged ({}), {} as predicted, {} at no recorded rate that "
-      "trains; {} cannot run here ({}). Per library: {}.",
+      "trains; {} cannot run here ({}).\n\n| library | rules | judged | "
+      "as predicted | cannot run |\n|---|---|---|---|---|\n{}",
       judged,
       verdicts.empty() ? "none"
                        : fmt::format("{}", fmt::join(verdicts, ", ")),
       agree, counts.untrained, cannot,
       reasons.empty() ? "none" : fmt::format("{}", fmt::join(reasons, ", ")),
-      fmt::join(libraries, "; "));
+      fmt::join(libraries, "\n"));
 }
 
 }  // namespace
@@ -428,9 +431,11 @@ std::optional<Section> census_section(const Inputs& in) {
   s.notes.push_back(
       counts.disagreements.empty()
           ? "Every judged rule measured as predicted."
-          : fmt::format("Not as predicted ({}): {}.",
+          : fmt::format("Not as predicted ({}):\n\n| library | rule | "
+                        "predicted | measured | what the twins measured "
+                        "|\n|---|---|---|---|---|\n{}",
                         counts.disagreements.size(),
-                        fmt::join(counts.disagreements, "; ")));
+                        fmt::join(counts.disagreements, "\n")));
   s.notes.push_back(fmt::format(
       "Separation: the gauge twin's largest logit drift over the round "
       "trip's from the step the rule first moved; commutation: the gauge "

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "report/aggregate.h"  // Inputs
-#include "twins/census.h"
+#include "twins/census_rule.h"
 #include "twins/result.h"
 
 namespace report {

@@ -13,7 +13,7 @@
 
 #include "sweep/optimizer_lists.h"
 #include "sweep/plan.h"
-#include "twins/census.h"
+#include "twins/census_rule.h"
 #include "twins/result.h"  // PairResult
 #include "twins/spec.h"
 

@@ -945,11 +945,14 @@ TEST(Census, ADisagreementSaysWhatTheTwinsMeasure) {
   std::string notes;
   for (const std::string& note : s->notes)
     notes += note + "\n";
-  EXPECT_NE(notes.find("Not as predicted (1): lib equal: predicted "
-                       "basis-dependent, measured equivariant — moved at "
-                       "step 1; separation 2x at step 10 (gauge 2e-06 / round "
-                       "trip 1e-06); commutation 0.05x at step 1 (3e-06 / "
-                       "2e-06)."),
+  // A table: one row per rule measured in the other class.
+  EXPECT_NE(notes.find("Not as predicted (1):\n\n| library | rule | "
+                       "predicted | measured | what the twins measured |\n"
+                       "|---|---|---|---|---|\n"
+                       "| lib | equal | basis-dependent | equivariant | moved "
+                       "at step 1; separation 2x at step 10 (gauge 2e-06 / "
+                       "round trip 1e-06); commutation 0.05x at step 1 (3e-06 "
+                       "/ 2e-06) |\n"),
             std::string::npos)
       << notes;
   EXPECT_NE(notes.find("1 cannot run here (1 cannot be built from its "
