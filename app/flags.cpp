@@ -102,32 +102,17 @@ CLI::Option* add_stop_after_flag(CLI::App& app, int64_t& out) {
       ->check(whole_number(1, kMaxSteps));
 }
 
-void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
+namespace {
+
+// "[default: M for mod<p>, C for charlm]": a flag's two task defaults.
+std::string both(int64_t m, int64_t c) {
+  return fmt::format("[default: {} for mod<p>, {} for charlm]", m, c);
+}
+
+// The model's shape: blocks, width, heads, rotary positions, MLP width.
+void add_shape_flags(CLI::App& app, sweep::PlanRequest& p) {
   const data::TaskDefaults mod = data::task_defaults("mod47");
   const data::TaskDefaults lm = data::task_defaults("charlm");
-  auto both = [](int64_t m, int64_t c) {
-    return fmt::format("[default: {} for mod<p>, {} for charlm]", m, c);
-  };
-  app.add_option("--task", p.task,
-                 "Task: mod<p> = modular addition (a + b) mod p, e.g. mod47, "
-                 "full batch; charlm = character LM on tiny-Shakespeare "
-                 "(or --data), minibatches (docs/protocol.md §4)")
-      ->capture_default_str();
-  add_protocol_flag(app, p.protocol,
-                    "paper-cpu in float32, twins in float64");
-  app.add_option("--steps", p.steps,
-                 "Training steps " + both(mod.steps, lm.steps))
-      ->check(whole_number(1, kMaxSteps));
-  add_stop_after_flag(app, p.stop_after);
-  app.add_option("--lr", p.lr,
-                 "Learning rate for every optimizer of the run [default: "
-                 "each optimizer's for the task, see --list-optimizers]")
-      ->check(positive_real());
-  app.add_option("--dtype", p.dtype,
-                 "float32 or float64 [default: float32 on cpu, float64 on "
-                 "cuda]");
-  app.add_option("--device", p.device, "cpu, cuda or cuda:N")
-      ->capture_default_str();
   app.add_option("--depth", p.depth,
                  "Transformer blocks " + both(mod.depth, lm.depth))
       ->check(whole_number(1, 1000));
@@ -152,6 +137,34 @@ void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
                  fmt::format("MLP hidden width [default: {} x d-model]",
                              data::default_mlp(1)))
       ->check(whole_number(1, 1 << 24));
+}
+
+}  // namespace
+
+void add_pair_flags(CLI::App& app, sweep::PlanRequest& p) {
+  const data::TaskDefaults mod = data::task_defaults("mod47");
+  const data::TaskDefaults lm = data::task_defaults("charlm");
+  app.add_option("--task", p.task,
+                 "Task: mod<p> = modular addition (a + b) mod p, e.g. mod47, "
+                 "full batch; charlm = character LM on tiny-Shakespeare "
+                 "(or --data), minibatches (docs/protocol.md §4)")
+      ->capture_default_str();
+  add_protocol_flag(app, p.protocol,
+                    "paper-cpu in float32, twins in float64");
+  app.add_option("--steps", p.steps,
+                 "Training steps " + both(mod.steps, lm.steps))
+      ->check(whole_number(1, kMaxSteps));
+  add_stop_after_flag(app, p.stop_after);
+  app.add_option("--lr", p.lr,
+                 "Learning rate for every optimizer of the run [default: "
+                 "each optimizer's for the task, see --list-optimizers]")
+      ->check(positive_real());
+  app.add_option("--dtype", p.dtype,
+                 "float32 or float64 [default: float32 on cpu, float64 on "
+                 "cuda]");
+  app.add_option("--device", p.device, "cpu, cuda or cuda:N")
+      ->capture_default_str();
+  add_shape_flags(app, p);
   app.add_option("--data-seed", p.data_seed,
                  "Seed of the mod<p> split / the charlm batch-stream "
                  "generator")
@@ -217,6 +230,36 @@ void add_pair_list_flags(CLI::App& app, sweep::CommandRequest& r,
   add_engine_flags(app, r, out_help);
 }
 
+namespace {
+
+// Checkpoints (docs/clusters.md): by time for long runs, never for runs
+// of seconds.
+void add_checkpoint_flags(CLI::App& app, twins::StatePolicy& state) {
+  state.every_seconds = 60 * 10;
+  app.add_option_function<double>(
+         "--checkpoint-minutes",
+         [&state](double m) { state.every_seconds = 60 * m; },
+         "Write each group's whole state (a checkpoint, in <out>.ckpt/) "
+         "at least this often while it trains, and when SIGTERM, SIGUSR1 or "
+         "SIGINT asks the run to stop (then exit 75, or 130 for SIGINT); a "
+         "rerun resumes each group from its checkpoint with the same bits. "
+         "0: never by time [default: 10]")
+      ->check(non_negative_real());
+  app.add_option_function<int64_t>(
+         "--checkpoint-every",
+         [&state](int64_t n) { state.every_steps = n; },
+         "Also write it at least every N steps (0: not by steps) [default: "
+         "0]")
+      ->check(whole_number(0, kMaxSteps));
+  app.add_flag_callback(
+      "--checkpoint-restart", [&state] { state.restart = true; },
+      "Remove a checkpoint that cannot be used (damaged, or of another "
+      "configuration) and start its group at step 0, instead of stopping "
+      "with an error");
+}
+
+}  // namespace
+
 void add_engine_flags(CLI::App& app, sweep::CommandRequest& r,
                       const std::string& out_help) {
   sweep::EngineOptions& e = r.engine;
@@ -252,29 +295,7 @@ void add_engine_flags(CLI::App& app, sweep::CommandRequest& r,
       "--no-memory-check", [&e] { e.check_memory = false; },
       "Run even when the memory estimate exceeds the memory this process "
       "may use (the machine's, or its cgroup's limit: SLURM's --mem)");
-  // Checkpoints (docs/clusters.md): by time for long runs, never for runs
-  // of seconds; the flags set e.state.
-  e.state.every_seconds = 60 * 10;
-  app.add_option_function<double>(
-         "--checkpoint-minutes",
-         [&e](double m) { e.state.every_seconds = 60 * m; },
-         "Write each group's whole state (a checkpoint, in <out>.ckpt/) "
-         "at least this often while it trains, and when SIGTERM, SIGUSR1 or "
-         "SIGINT asks the run to stop (then exit 75, or 130 for SIGINT); a "
-         "rerun resumes each group from its checkpoint with the same bits. "
-         "0: never by time [default: 10]")
-      ->check(non_negative_real());
-  app.add_option_function<int64_t>(
-         "--checkpoint-every",
-         [&e](int64_t n) { e.state.every_steps = n; },
-         "Also write it at least every N steps (0: not by steps) [default: "
-         "0]")
-      ->check(whole_number(0, kMaxSteps));
-  app.add_flag_callback(
-      "--checkpoint-restart", [&e] { e.state.restart = true; },
-      "Remove a checkpoint that cannot be used (damaged, or of another "
-      "configuration) and start its group at step 0, instead of stopping "
-      "with an error");
+  add_checkpoint_flags(app, e.state);
   add_allow_mixed_env_flag(app, e.allow_mixed_env);
   // Read in main() before anything else (twins::enter_portable_mode):
   // OpenBLAS chooses its kernels when it loads. Declared here for --help.

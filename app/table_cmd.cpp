@@ -9,6 +9,25 @@
 
 namespace app {
 
+namespace {
+
+// What a census table selects: its rules, and whether other rates are
+// tried.
+void add_census_flags(CLI::App& cmd, sweep::TableOverrides& overrides) {
+  cmd.add_option("--rules", overrides.rules,
+                 "census only: its rules of these libraries (timm) or these "
+                 "rules (timm:lamb, a library and one of the rule's registry "
+                 "names; twin-run census lists them), comma-separated "
+                 "[default: every rule]")
+      ->delimiter(',')
+      ->check(non_empty());
+  cmd.add_flag("--default-rates", overrides.default_rates,
+               "census only: each rule at its library's default rate alone, "
+               "no other rate tried where it does not train");
+}
+
+}  // namespace
+
 CLI::App* setup_table(CLI::App& parent, TableFlags& flags) {
   sweep::CommandRequest& r = flags.request;
   r.overrides.census = census::catalogue();  // null without Python support
@@ -18,9 +37,10 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& flags) {
       "zoo, the Adam-p dial or the head-merging table, and aggregate it: "
       "resumable (rerun to continue), parallel (--jobs), shardable "
       "(--shard); or re-aggregate results files (--aggregate)");
+  const bool census = static_cast<bool>(r.overrides.census);
   cmd->add_option("name", r.table,
-                  "Table: " + fmt::format("{}", fmt::join(sweep::table_names(static_cast<bool>(
-                                                              r.overrides.census)),
+                  "Table: " + fmt::format("{}", fmt::join(sweep::table_names(
+                                                              census),
                                                           ", ")));
   cmd->add_flag("--list", flags.list,
                 "Print every table with its pair and model counts, steps, "
@@ -57,16 +77,7 @@ CLI::App* setup_table(CLI::App& parent, TableFlags& flags) {
                   "Override the dtype: float32 or float64 [default: the "
                   "table's, float32 for table3/multiseed/zoo/dial/merge, "
                   "float64 for table9-*]");
-  cmd->add_option("--rules", r.overrides.rules,
-                  "census only: its rules of these libraries (timm) or these "
-                  "rules (timm:lamb, a library and one of the rule's registry "
-                  "names; twin-run census lists them), comma-separated "
-                  "[default: every rule]")
-      ->delimiter(',')
-      ->check(non_empty());
-  cmd->add_flag("--default-rates", r.overrides.default_rates,
-                "census only: each rule at its library's default rate alone, "
-                "no other rate tried where it does not train");
+  add_census_flags(*cmd, r.overrides);
   cmd->add_flag("--plot", flags.plot,
                 "Also draw Figure 2 and the per-head QK drift (gnuplot) next "
                 "to the results; for dial also drift against p");
