@@ -240,8 +240,8 @@ void add_checkpoint_flags(CLI::App& app, twins::StatePolicy& state) {
          "--checkpoint-minutes",
          [&state](double m) { state.every_seconds = 60 * m; },
          "Write each group's whole state (a checkpoint, in <out>.ckpt/) "
-         "at least this often while it trains, and when SIGTERM, SIGUSR1 or "
-         "SIGINT asks the run to stop (then exit 75, or 130 for SIGINT); a "
+         "at least this often while it trains, and when SIGTERM, SIGUSR1, "
+         "SIGINT or SIGHUP asks the run to stop (then exit 75, or 130 for SIGINT); a "
          "rerun resumes each group from its checkpoint with the same bits. "
          "0: never by time [default: 10]")
       ->check(non_negative_real());

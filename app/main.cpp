@@ -126,8 +126,9 @@ int run_parsed(const Commands& c) {
     return app::run_run(c.run);
   } catch (const twins::Stopped& e) {
     // The state is saved: 75 (EX_TEMPFAIL) tells a batch script to requeue
-    // the job (scripts/slurm/table-array.sbatch); an interrupt from the
-    // terminal is 130, as the shell reports one.
+    // the job (scripts/slurm/table-array.sbatch), and a hang-up (a closed
+    // terminal) leaves the same state; an interrupt from the terminal is
+    // 130, as the shell reports one.
     std::fprintf(stderr, "twin-run: %s; rerun the same command to resume\n",
                  e.what());
     return e.signal() == SIGINT ? 130 : 75;

@@ -20,6 +20,8 @@ with: its shape, dtype, device and requires_grad.
 Compiled into the bridge as the module _twins_adapter.
 """
 
+import inspect
+
 import torch
 
 from _twins_conventions import convention_of, library_of
@@ -29,6 +31,26 @@ from _twins_isolation import STREAM_SEED, Isolated, Stream
 
 def _signature(p):
     return (tuple(p.shape), p.dtype, p.device, p.requires_grad)
+
+
+def _swallowed_keywords(fn, kwargs, optimizer):
+    """The keywords a rule's **kwargs took without using them: neither a
+    named parameter of `fn` nor a key of the built optimizer's defaults
+    (pytorch-optimizer's AdaBelief{"nosuchkw": 1} ran as plain AdaBelief).
+    A signature without **kwargs refuses an unknown keyword itself; lr is
+    the protocol's, given to every rule."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    named = {p.name for p in params
+             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    if not any(p.kind == p.VAR_KEYWORD for p in params):
+        return []
+    defaults = getattr(optimizer, "defaults", None)
+    defaults = defaults if isinstance(defaults, dict) else {}
+    return sorted(k for k in kwargs
+                  if k != "lr" and k not in named and k not in defaults)
 
 
 class Adapter:
@@ -48,6 +70,12 @@ class Adapter:
         with Isolated(self.stream):
             with cannot_run_here():
                 self.optimizer = convention.build(fn, groups, dict(kwargs), model)
+            unused = _swallowed_keywords(fn, kwargs, self.optimizer)
+            if unused:
+                raise TypeError(
+                    f"keyword {unused[0]!r} is neither a parameter of "
+                    f"{getattr(fn, '__name__', fn)} nor in its defaults: its "
+                    "**kwargs would ignore it (a misspelling?)")
             if not callable(getattr(self.optimizer, "step", None)):
                 raise TypeError(f"built a {type(self.optimizer).__name__} "
                                 "without a step() method")

@@ -80,6 +80,12 @@ def _cuda_in_use():
     return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
+try:
+    import posix as _posix
+except ImportError:  # not a POSIX system
+    _posix = None
+
+
 def _refuse_exit(status):
     raise RuntimeError(
         f"the rule called os._exit({status}), which would end the process "
@@ -116,17 +122,24 @@ class _RulePrecision:
 
 class Isolated:
     """The global torch state outside a rule, put back when the rule
-    returns; the rule's own stream in the generators while it runs; and
-    os._exit refused while it runs (it would end twin-run, or the
-    notebook, at once: no record, no error, exit status 0)."""
+    returns; the process's working directory too (a rule's os.chdir would
+    move the relative paths of the results, checkpoints and saved models);
+    the rule's own stream in the generators while it runs; and os._exit
+    (os's and posix's, one function under two names) refused while it runs
+    (it would end twin-run, or the notebook, at once: no record, no error,
+    exit status 0). A reference to _exit the rule took before it was
+    built is not reached."""
 
     def __init__(self, stream):
         self.stream = stream
 
     def __enter__(self):
         _lock.acquire()
+        self.cwd = os.getcwd()
         self.exit = os._exit
         os._exit = _refuse_exit
+        if _posix is not None:
+            _posix._exit = _refuse_exit
         self.compile = _compile_config()
         if self.compile is not None:
             self.compiling = self.compile.disable
@@ -174,6 +187,13 @@ class Isolated:
             _RulePrecision.exit(self.precision)
         finally:
             os._exit = self.exit
+            if _posix is not None:
+                _posix._exit = self.exit
+            try:
+                if os.getcwd() != self.cwd:
+                    os.chdir(self.cwd)
+            except OSError:  # the rule removed the directory it left
+                os.chdir(self.cwd)
             _lock.release()
         return False
 

@@ -216,6 +216,22 @@ torch::Tensor PythonOptimizer::step(LossClosure closure) {
                           steps_, python_error(e));
     }
     *alive = false;
+    // A state a checkpoint cannot hold (a lock, an open file) is found at
+    // the first step, not when the first checkpoint is written minutes
+    // later: the state after one step is what every later one holds.
+    if (error.empty() && steps_ == 1) {
+      try {
+        py::module_::import("torch").attr("save")(
+            state_->adapter.attr("state_dict")(),
+            py::module_::import("io").attr("BytesIO")());
+      } catch (const py::error_already_set& e) {
+        error = fmt::format(
+            "{}: its state cannot be checkpointed (torch.save of its "
+            "state_dict() after step 1: {}); a rule's state must be "
+            "picklable (docs/extending.md)",
+            rule_->name, python_error(e));
+      }
+    }
   }
   TORCH_CHECK(error.empty(), error);
   return {};

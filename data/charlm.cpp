@@ -62,6 +62,13 @@ Corpus Corpus::load(const std::string& path) {
               "': no such file");
   TORCH_CHECK(!fs::is_directory(path, ec), "Cannot read corpus '", path,
               "': it is a directory");
+  // A device (/dev/zero, /dev/urandom) or a socket never ends; a pipe
+  // (below) ends when its writer closes it.
+  TORCH_CHECK(!fs::is_character_file(path, ec) && !fs::is_block_file(path, ec) &&
+                  !fs::is_socket(path, ec),
+              "Cannot read corpus '", path,
+              "': it is a device or a socket, not a text file (a pipe is "
+              "read to its end)");
   // A pipe (`--data <(zcat corpus.gz)`) can be read once, and a run loads
   // its corpus several times (for the key's hash, then for each group):
   // what a pipe gave is kept for the rest of the process.

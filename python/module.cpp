@@ -21,12 +21,14 @@
 #include <torch/version.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #include "bridge/bridge.h"
 #include "bridge/python.h"
@@ -75,19 +77,40 @@ using Setter = std::function<void(sweep::CommandRequest&, const py::handle&)>;
 
 template <typename T>
 T as(const py::handle& value, const char* key) {
+  // pybind11 casts True to 1 and a string to the list of its characters:
+  // neither is what a setting of that type means.
+  const bool wrong =
+      (std::is_arithmetic_v<T> && !std::is_same_v<T, bool> &&
+       py::isinstance<py::bool_>(value)) ||
+      (!std::is_same_v<T, std::string> && py::isinstance<py::str>(value));
   try {
-    return value.cast<T>();
+    if (!wrong)
+      return value.cast<T>();
   } catch (const py::cast_error&) {
-    TORCH_CHECK(false, "twins: ", key, "=",
-                py::repr(value).cast<std::string>(), " has the wrong type");
   }
+  TORCH_CHECK(false, "twins: ", key, "=", py::repr(value).cast<std::string>(),
+              " has the wrong type");
+}
+
+// A count (steps, a width, jobs): a whole number of at least 1; 0 is not
+// "the default" (None is).
+template <typename T>
+T at_least_one(const py::handle& value, const char* key) {
+  const T n = as<T>(value, key);
+  TORCH_CHECK(n >= 1, "twins: ", key, "=", n,
+              " must be at least 1 (None: the default)");
+  return n;
 }
 
 const std::map<std::string, Setter>& setters() {
   using R = sweep::CommandRequest;
   using H = const py::handle&;
   static const std::map<std::string, Setter> table = {
-      {"twins", [](R& r, H v) { r.plan.twins = as<std::vector<std::string>>(v, "twins"); }},
+      {"twins", [](R& r, H v) {
+         r.plan.twins = as<std::vector<std::string>>(v, "twins");
+         TORCH_CHECK(!r.plan.twins.empty(), "twins: twins=[] names no twin "
+                     "(e.g. twins=['gauge', 'identity'])");
+       }},
       {"twin_seeds", [](R& r, H v) { r.plan.twin_seeds = as<std::vector<uint64_t>>(v, "twin_seeds"); }},
       {"noise_scales", [](R& r, H v) {
          const auto s = as<std::vector<double>>(v, "noise_scales");
@@ -95,19 +118,28 @@ const std::map<std::string, Setter>& setters() {
            r.plan.noise_scales = s;
        }},
       {"task", [](R& r, H v) { r.plan.task = as<std::string>(v, "task"); }},
-      {"steps", [](R& r, H v) { r.plan.steps = as<int64_t>(v, "steps"); }},
-      {"lr", [](R& r, H v) { r.plan.lr = as<double>(v, "lr"); }},
+      {"steps", [](R& r, H v) { r.plan.steps = at_least_one<int64_t>(v, "steps"); }},
+      {"lr", [](R& r, H v) {
+         r.plan.lr = as<double>(v, "lr");
+         TORCH_CHECK(r.plan.lr > 0 && std::isfinite(r.plan.lr), "twins: lr=",
+                     r.plan.lr, " must be a positive number (None: the "
+                     "rule's default)");
+       }},
       {"dtype", [](R& r, H v) { r.plan.dtype = as<std::string>(v, "dtype"); }},
       {"init_seed", [](R& r, H v) { r.plan.init_seeds = {as<uint64_t>(v, "init_seed")}; }},
       {"device", [](R& r, H v) { r.plan.device = as<std::string>(v, "device"); }},
-      {"depth", [](R& r, H v) { r.plan.depth = as<int64_t>(v, "depth"); }},
-      {"d_model", [](R& r, H v) { r.plan.d_model = as<int64_t>(v, "d_model"); }},
-      {"heads", [](R& r, H v) { r.plan.heads = as<int64_t>(v, "heads"); }},
-      {"mlp", [](R& r, H v) { r.plan.mlp = as<int64_t>(v, "mlp"); }},
+      {"depth", [](R& r, H v) { r.plan.depth = at_least_one<int64_t>(v, "depth"); }},
+      {"d_model", [](R& r, H v) { r.plan.d_model = at_least_one<int64_t>(v, "d_model"); }},
+      {"heads", [](R& r, H v) { r.plan.heads = at_least_one<int64_t>(v, "heads"); }},
+      {"mlp", [](R& r, H v) { r.plan.mlp = at_least_one<int64_t>(v, "mlp"); }},
       {"data_seed", [](R& r, H v) { r.plan.data_seed = as<uint64_t>(v, "data_seed"); }},
-      {"out", [](R& r, H v) { r.engine.results_path = as<std::string>(v, "out"); }},
-      {"jobs", [](R& r, H v) { r.engine.jobs = as<int>(v, "jobs"); }},
-      {"threads", [](R& r, H v) { r.engine.threads = as<int>(v, "threads"); }},
+      {"out", [](R& r, H v) {
+         r.engine.results_path = as<std::string>(v, "out");
+         TORCH_CHECK(!r.engine.results_path.empty(), "twins: out='' names no "
+                     "file (None: a temporary one)");
+       }},
+      {"jobs", [](R& r, H v) { r.engine.jobs = at_least_one<int>(v, "jobs"); }},
+      {"threads", [](R& r, H v) { r.engine.threads = at_least_one<int>(v, "threads"); }},
       {"progress", [](R& r, H v) { r.engine.quiet = !as<bool>(v, "progress"); }},
   };
   return table;

@@ -115,6 +115,8 @@ Aggregate aggregate(const Layout& layout, const Records& unordered,
     }
   }
   a.notes = job_list_notes(results, lists);
+  for (const std::string& warning : identity_warnings(results))
+    a.notes.push_back("Warning: " + warning + ".");
   if (!left_out.empty()) {
     a.notes.push_back(fmt::format(
         "{} record(s) left out, not in the job list of {} ({}).",

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -232,15 +233,43 @@ void run_gnuplot(const std::string& gnuplot, const std::string& script) {
               "': ", first.empty() ? "no message" : first, " (log: ", err, ")");
 }
 
+std::string file_name(const std::string& path) {
+  return fs::path(path).filename().string();
+}
+
+// Whether the script at f.script is one twin-run wrote for these figures:
+// it says so on its first line and sets its output to f.drift_figure. Its
+// figures, data and log are then twin-run's too; a user's own fig2.gp (or
+// a fig2.svg, fig2.dat with no such script beside it) is not.
+bool own_script(const PlotFiles& f) {
+  std::ifstream in(f.script, std::ios::binary);
+  if (!in)
+    return false;
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  return text.rfind("# Drawn by twin-run", 0) == 0 &&
+         text.find("set output " + gp_string(file_name(f.drift_figure))) !=
+             std::string::npos;
+}
+
 // Every file of `f` (figures, script, its log, data) checked before the
-// first is written: none may be an input, a device, a directory or a link.
+// first is written: none may be an input, a device, a directory or a link,
+// and one that is there must be twin-run's (own_script): a file of the
+// user's is never replaced.
 void check_files(const PlotFiles& f) {
-  for (const std::string* path :
-       {&f.drift_figure, &f.qk_figure, &f.script, &f.drift_data, &f.qk_data}) {
-    if (!path->empty())
-      twins::check_output_file(*path, "plot file");
+  const std::string log = f.script + ".log";
+  const bool own = own_script(f);
+  for (const std::string* path : {&f.drift_figure, &f.qk_figure, &f.script,
+                                  &f.drift_data, &f.qk_data, &log}) {
+    if (path->empty())
+      continue;
+    twins::check_output_file(*path, path == &log ? "gnuplot log" : "plot file");
+    std::error_code ec;
+    TORCH_CHECK(own || !fs::exists(*path, ec), "Cannot write plot file '",
+                *path, "': a file of that name is there and twin-run did not "
+                "write it (no script '", f.script, "' of twin-run's draws it); "
+                "nothing was changed: move it, or plot to another name");
   }
-  twins::check_output_file(f.script + ".log", "gnuplot log");
 }
 
 void prepare_directory(const std::string& out) {
@@ -278,10 +307,6 @@ std::string figure_extension(const std::string& out) {
   TORCH_CHECK(ext == ".svg" || ext == ".png", "Unknown figure format: '", out,
               "' (the name must end in .svg or .png)");
   return ext;
-}
-
-std::string file_name(const std::string& path) {
-  return fs::path(path).filename().string();
 }
 
 // The files of a plot that draws one figure at `out`: OUT.gp and OUT.dat.

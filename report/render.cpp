@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "report/aggregate.h"
+#include "twins/io.h"
 
 namespace report {
 
@@ -86,14 +87,13 @@ std::string to_markdown(const Aggregate& aggregate) {
   for (const auto& s : aggregate.sections) {
     out += markdown_section(s);
   }
-  out += "## All pairs\n\n```\n" + aggregate.pairs_table + "```\n";
+  out += std::string(twins::kSummaryMarkdownLast).substr(1) + "\n```\n" +
+         aggregate.pairs_table + "```\n";
   return out;
 }
 
 std::string to_csv(const Aggregate& aggregate) {
-  std::string out =
-      "section,row,column,n,measured_min,measured_max,paper_min,paper_max,"
-      "paper\n";
+  std::string out = twins::kSummaryCsvHeader;
   for (const auto& s : aggregate.sections) {
     for (const auto& r : s.rows) {
       for (size_t c = 0; c < s.columns.size(); ++c) {

@@ -48,6 +48,31 @@ std::string format_drift_table(const std::vector<PairResult>& results) {
         fmt::format("{:.4f} / {:.4f}", val[0], val[1]),
         twins::status_text(r));
   }
+  for (const std::string& warning : identity_warnings(results))
+    out += "warning: " + warning + "\n";
+  return out;
+}
+
+std::vector<std::string> identity_warnings(
+    const std::vector<PairResult>& results) {
+  std::vector<std::string> out;
+  for (const auto& r : results) {
+    if (r.spec.twin != twins::TwinKind::kIdentity)
+      continue;
+    const auto apart = std::find_if(
+        r.curve.begin(), r.curve.end(), [](const twins::CurvePoint& c) {
+          return c.logit_drift > 0 || c.qk_drift_max > 0;
+        });
+    if (apart == r.curve.end())
+      continue;
+    out.push_back(fmt::format(
+        "the identity twin of {} is {} at step {}, not exactly 0: its two "
+        "copies did not compute the same (a rule's state kept outside its "
+        "optimizer, or a draw outside its random stream), so its other twins "
+        "do not measure the gauge alone",
+        twins::pair_label(r.spec), twins::format_drift(apart->logit_drift),
+        apart->step));
+  }
   return out;
 }
 

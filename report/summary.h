@@ -13,7 +13,17 @@ namespace report {
 // Drift at steps 0 / 1 / 100 / last per pair (the paper's Table 3 layout),
 // with the final QK drift, both copies' validation accuracy (mod) or loss
 // (char-LM) and the status. "-" where the pair did not reach a step.
+// Then one warning line per identity twin that is not exactly 0
+// (identity_warnings).
 std::string format_drift_table(const std::vector<twins::PairResult>& results);
+
+// One line per identity twin whose copies came apart: the protocol's
+// identity twin is exactly 0 (docs/protocol.md §2), so a drift there means
+// the rule is not the same function in both copies (state kept outside
+// its optimizer, a draw outside its random stream) and the pair's other
+// twins do not measure the gauge alone. Empty when every one is 0.
+std::vector<std::string> identity_warnings(
+    const std::vector<twins::PairResult>& results);
 
 // The Adam-p dial (docs/protocol.md §5): one point per adam-p gauge pair.
 struct DialPoint {

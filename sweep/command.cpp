@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "sweep/estimate.h"
@@ -89,10 +90,34 @@ void check_ranges(const std::vector<PairSpec>& pairs) {
   }
 }
 
+// The text a record carries of a pair's flags — the --data path, the
+// --opt name with a rule's file path — must be UTF-8, as JSON's strings
+// are: a path in another encoding would train every step and then fail
+// the record's write. Refused before, naming the flag and the value (its
+// bad bytes shown as U+FFFD).
+void check_utf8(const std::vector<PairSpec>& pairs) {
+  for (const PairSpec& pair : pairs) {
+    const std::pair<const char*, const std::string*> texts[] = {
+        {"--data", &pair.corpus}, {"--opt", &pair.opt}};
+    for (const auto& [flag, text] : texts) {
+      try {
+        (void)nlohmann::json(*text).dump();
+      } catch (const nlohmann::json::type_error&) {
+        const std::string quoted = nlohmann::json(*text).dump(
+            -1, ' ', false, nlohmann::json::error_handler_t::replace);
+        TORCH_CHECK(false, flag, " '", quoted.substr(1, quoted.size() - 2),
+                    "' is not UTF-8 text, and the records (JSON) hold only "
+                    "UTF-8: rename it");
+      }
+    }
+  }
+}
+
 // The engine's own checks, then the task's (it reads the corpus once,
 // early): the memory estimate comes before a missing corpus. A char-LM
 // pair's key then names its corpus's content (twins::bind_corpus).
 void check_pairs(std::vector<PairSpec>& pairs, const EngineOptions& engine) {
+  check_utf8(pairs);
   check_ranges(pairs);
   check_run(pairs, engine);
   twins::check_task(pairs.front());
@@ -138,6 +163,22 @@ void check_applies(const PlanRequest& plan, CommandKind kind) {
       TORCH_CHECK(!given, flag, " applies to --task charlm only (this run: "
                   "--task ", plan.task, ")");
     }
+  }
+  if (kind != CommandKind::kVerdict && !plan.twins.empty()) {
+    const std::string twins_given = fmt::format("{}", fmt::join(plan.twins, ","));
+    bool seeded = false, noise = false;  // a twin drawn from a seed; a noise twin
+    for (const std::string& name : plan.twins) {
+      const twins::TwinKind k = twins::parse_twin_kind(name);
+      seeded = seeded || k != twins::TwinKind::kIdentity;
+      noise = noise || k == twins::TwinKind::kNoise;
+    }
+    TORCH_CHECK(seeded || plan.twin_seeds.empty(), "--twin-seed applies to "
+                "the twins drawn from a seed (gauge, noise, ...); --twin ",
+                twins_given, " has none");
+    TORCH_CHECK(noise || plan.noise_scales == std::vector<double>{
+                                                 twins::kTripletNoiseScale},
+                "--noise-scale applies to --twin noise; --twin ", twins_given,
+                " has no noise twin");
   }
   TORCH_CHECK(kind == CommandKind::kVerdict || plan.twins.empty() ||
                   !plan.opts.empty(),

@@ -10,6 +10,7 @@
 
 #include "sweep/estimate.h"
 #include "sweep/slots.h"
+#include "sweep/tables.h"
 #include "twins/corpus.h"
 #include "twins/device.h"
 #include "twins/environment.h"
@@ -276,20 +277,42 @@ void check_run(const std::vector<PairSpec>& pairs,
     check_memory(groups_of(pairs, options), options.jobs, options.threads);
 }
 
-// One results file per table: records of another table (or of runs that
-// are not a table) are refused before anything is written, so that a
-// table's summaries never describe another's records (docs/output-format.md).
-void check_one_table(const ResultsFile& file, const EngineOptions& options) {
+// The setting of a table's pair as its records show it (steps, dtype,
+// device, protocol; a --stop-after run continues into the full run's file
+// and is not another setting): config_name of its overrides.
+std::string table_setting(const std::string& table, const PairSpec& pair) {
+  TableOverrides o = overrides_of(table, pair);
+  o.stop_after = 0;
+  return config_name(table, o);
+}
+
+// One results file per table and setting: records of another table (or of
+// runs that are not a table), or of this table at other steps, dtype,
+// device or protocol, are refused before anything is written, so that a
+// table's summaries never describe another's records
+// (docs/output-format.md).
+void check_one_table(const ResultsFile& file, const std::vector<PairSpec>& pairs,
+                     const EngineOptions& options) {
   auto named = [](const std::string& table) {
     return table.empty() ? std::string("runs that are not a table")
                          : "table " + table;
   };
+  const std::string setting = options.table.empty() || pairs.empty()
+                                  ? std::string()
+                                  : table_setting(options.table, pairs.front());
   for (const StoredRecord& record : file.records) {
     const std::string table = record.json.value("table", "");
     TORCH_CHECK(table == options.table, "--out '", options.results_path,
                 "' holds records of ", named(table), " (line ", record.line,
                 ") and this run writes ", named(options.table),
                 ": one results file per table, use another --out");
+    if (setting.empty())
+      continue;
+    const std::string theirs = table_setting(table, record.result.spec);
+    TORCH_CHECK(theirs == setting, "--out '", options.results_path,
+                "' holds table ", table, " at another setting (", theirs,
+                ", line ", record.line, ") and this run is ", setting,
+                ": one results file per setting, use another --out");
   }
 }
 
@@ -300,7 +323,7 @@ EngineOutcome run_sweep(const std::vector<PairSpec>& pairs,
   // Validate what is there before creating or locking anything.
   const ResultsFile before =
       read_results(options.results_path, /*missing_ok=*/true);
-  check_one_table(before, options);
+  check_one_table(before, pairs, options);
   const std::vector<PairSpec> first_todo = missing(before, pairs);
   outcome.already = pairs.size() - first_todo.size();
   if (!first_todo.empty()) {

@@ -72,6 +72,27 @@ Shapes shapes_of(const twins::PairSpec& s) {
   return out;
 }
 
+// The size of a char-LM pair's corpus file; 0 for mod<p>, for a pipe, and
+// for a file that cannot be read (the task says so later, in its words).
+double corpus_file_bytes(const twins::PairSpec& s) {
+  if (!s.is_charlm())
+    return 0;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path path = s.corpus;
+  if (path.empty()) {
+    try {
+      path = data::default_corpus_path();
+    } catch (const c10::Error&) {
+      return 0;
+    }
+  }
+  if (!fs::is_regular_file(path, ec))
+    return 0;
+  const auto size = fs::file_size(path, ec);
+  return ec ? 0 : double(size);
+}
+
 double bytes_per_value(const twins::PairSpec& s) {
   return s.dtype == torch::kDouble ? 8 : 4;
 }
@@ -99,7 +120,8 @@ double estimate_seconds(const twins::PairSpec& s, int models) {
 
 double MemoryEstimate::total(int models, int threads) const {
   return double(models) * per_model +
-         double(std::min(models, threads)) * per_training + evaluation;
+         double(std::min(models, threads)) * per_training + evaluation +
+         corpus;
 }
 
 MemoryEstimate estimate_memory(const twins::PairSpec& s) {
@@ -130,6 +152,7 @@ MemoryEstimate estimate_memory(const twins::PairSpec& s) {
   m.evaluation = (per_token / 2 * val_tokens +
                   2 * double(sh.vocab_out) * double(sh.val_predictions)) *
                  b;
+  m.corpus = kCorpusBytesPerByte * corpus_file_bytes(s);
   return m;
 }
 
@@ -235,7 +258,12 @@ void check_memory(const std::vector<std::vector<twins::PairSpec>>& groups,
       " models of ", at ? twins::pair_label(*at) : "", ", ", at ? at->task : "",
       " L", at ? at->depth : 0, " d", at ? at->d_model : 0,
       at && at->is_charlm()
-          ? fmt::format(" ctx {} batch {}", at->ctx, at->batch)
+          ? fmt::format(" ctx {} batch {}{}", at->ctx, at->batch,
+                        corpus_file_bytes(*at) > 0
+                            ? fmt::format(", a corpus of {}",
+                                          twins::format_bytes(
+                                              corpus_file_bytes(*at)))
+                            : std::string())
           : std::string(),
       ") and ",
       capped ? "this process's cgroup (a job's --mem, a container's limit) "

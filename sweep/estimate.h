@@ -22,14 +22,23 @@ double estimate_seconds(const twins::PairSpec& spec, int models = 2);
 // Bytes a group of `models` models of `spec` needs with `threads` of them
 // training at once: every model's parameters, gradients and optimizer
 // state (taken as two buffers per parameter, Adam's), the activations of
-// each training step running, and one evaluation's logits and working set.
+// each training step running, one evaluation's logits and working set, and
+// a char-LM group's corpus (each group loads its own).
 struct MemoryEstimate {
   double per_model = 0;     // parameters, gradients, optimizer state
   double per_training = 0;  // activations of one model's training step
   double evaluation = 0;    // validation forward pass and kept logits
+  // The corpus as the task holds it: kCorpusBytesPerByte of its file's
+  // size (0 for mod<p>, and for a pipe, whose size is not known before it
+  // is read).
+  double corpus = 0;
   double total(int models, int threads) const;
 };
 MemoryEstimate estimate_memory(const twins::PairSpec& spec);
+
+// Bytes of memory a loaded corpus takes per byte of its file: the text,
+// its code points and their tensor (measured: 50 MB of text, 1.57 GB).
+constexpr double kCorpusBytesPerByte = 32;
 
 // The memory this process may use, in bytes: the machine's physical memory,
 // or less where a cgroup caps it (a SLURM job's --mem, a container's

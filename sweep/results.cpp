@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "twins/io.h"
@@ -141,6 +142,15 @@ ResultsFile read_results(const std::string& path, bool missing_ok) {
                   ": not a JSON record, and no line before it is one: this "
                   "is not a twin-run results file (nothing was changed); "
                   "choose another --out");
+      // Only what a crash mid-write leaves is cut: the start of a record,
+      // an unfinished JSON object. A note ("# my note") or a whole object
+      // that is no record is the user's.
+      TORCH_CHECK(!line.empty() && line.front() == '{' &&
+                      !nlohmann::json::accept(line),
+                  "results file '", path, "', line ", line_no,
+                  ": the last line, without its newline, is neither a "
+                  "record nor the start of one (nothing was changed); a "
+                  "results file holds records only");
       out.truncated_tail = true;
       break;
     }
@@ -314,6 +324,18 @@ void check_summaries(const std::string& stem, const std::string& results) {
     TORCH_CHECK(!twins::same_file(path, results), "Cannot write summary '",
                 path, "': it is the results file '", results, "'");
     twins::check_output_file(path, "summary");
+    std::error_code ec;
+    if (!fs::exists(path, ec))
+      continue;
+    // One that is there is replaced only if twin-run wrote it.
+    const std::string text = twins::read_file(path, "summary");
+    const bool own = ext[1] == 'm'
+                         ? text.find(twins::kSummaryMarkdownLast) !=
+                               std::string::npos
+                         : text.rfind(twins::kSummaryCsvHeader, 0) == 0;
+    TORCH_CHECK(own, "Cannot write summary '", path, "': a file of that name "
+                "is there and twin-run did not write it (nothing was changed): "
+                "move it, or choose another --out");
   }
 }
 

@@ -477,6 +477,61 @@ def picky(groups, lr, beta=0.5):
   EXPECT_FALSE(fs::exists(out));
 }
 
+// A keyword that a rule's **kwargs takes without using it (neither a
+// parameter nor in the built optimizer's defaults) is a misspelling that
+// would run as the rule without it: refused when the rule is built, no file
+// written. One its base class takes through **kwargs is in its defaults.
+TEST(BridgeErrors, AKeywordTheRulesKwargsIgnoreIsRefused) {
+  const std::string path = write_rule("swallow.py", R"(
+import torch
+class Swallow(torch.optim.SGD):
+    def __init__(self, params, lr=0.1, **kwargs):
+        super().__init__(params, lr=lr)
+class Passes(torch.optim.SGD):
+    def __init__(self, params, lr=0.1, **kwargs):
+        super().__init__(params, lr=lr, **kwargs)
+)");
+  const std::string name =
+      bridge::resolve_rule("py:" + path + ":Swallow{\"nosuchkw\": 1}");
+  const std::string out = (scratch() / "swallow.jsonl").string();
+  const std::string m =
+      error_of([&] { run(sweep::expand(tiny_request(name, 2)), 1, 1, out); });
+  EXPECT_TRUE(contains(m, "keyword 'nosuchkw' is neither a parameter of "
+                          "Swallow nor in its defaults"))
+      << m;
+  EXPECT_FALSE(fs::exists(out));
+  const std::string passes =
+      bridge::resolve_rule("py:" + path + ":Passes{\"momentum\": 0.9}");
+  EXPECT_NO_THROW(run(sweep::expand(tiny_request(passes, 2)), 1, 1, out));
+  EXPECT_TRUE(fs::exists(out));
+}
+
+// A state no checkpoint can hold is found at step 1, not at the first
+// checkpoint (ten minutes into a run by default), and leaves no file.
+TEST(BridgeErrors, AStateThatCannotBeCheckpointedIsAnErrorAtStepOne) {
+  const std::string path = write_rule("locked.py", R"(
+import threading
+import torch
+class Locked(torch.optim.SGD):
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, lr=lr)
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["lock"] = threading.Lock()
+        return super().step(closure)
+)");
+  const std::string name = bridge::resolve_rule("py:" + path + ":Locked");
+  const std::string out = (scratch() / "locked.jsonl").string();
+  const std::string m =
+      error_of([&] { run(sweep::expand(tiny_request(name, 3)), 1, 1, out); });
+  EXPECT_TRUE(contains(m, name + ": its state cannot be checkpointed "
+                                 "(torch.save of its state_dict() after "
+                                 "step 1: TypeError"))
+      << m;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST(BridgeErrors, AnExceptionInStepNamesTheStepAndLeavesNoFile) {
   const std::string path = write_rule("raises.py", R"(
 import torch
@@ -869,6 +924,87 @@ TEST(BridgeCli, VerdictOfTorchRulesWithOptArgs) {
       o.out, "torch:SGD{\"momentum\":0.9,\"weight_decay\":0} equivariant"))
       << o.out;
   EXPECT_EQ(count_lines(slurp(dir / "v.jsonl")), 10);
+  fs::remove_all(dir);
+}
+
+// A rule that keeps state outside its optimizer (a counter every copy
+// shares; a file rule's module is loaded once per optimizer, so here one
+// on sys) makes the identity twin drift: every command says
+// so, twin-run under its drift table and a table in its notes.
+TEST(BridgeCli, AnIdentityTwinThatIsNotZeroIsFlagged) {
+  using namespace testing_helpers;
+  const fs::path dir = fresh_dir("bridge-identity");
+  const std::string path = write_rule("counter.py", R"(
+import sys
+import torch
+class Counter(torch.optim.SGD):
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, lr=lr)
+    def step(self, closure=None):
+        sys.twins_test_calls = getattr(sys, "twins_test_calls", 0) + 1
+        for group in self.param_groups:
+            group["lr"] = 0.05 * (1 + sys.twins_test_calls % 3)
+        return super().step(closure)
+)");
+  const Outcome o = twin_run("--opt py:" + path +
+                                 ":Counter --twin gauge,identity --steps 3 "
+                                 "--task mod11 --depth 1 --d-model 8 --heads 2 "
+                                 "--quiet --out c.jsonl",
+                             dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_TRUE(contains(o.out, "warning: the identity twin of ")) << o.out;
+  EXPECT_TRUE(contains(o.out, ", not exactly 0: its two copies did not "
+                              "compute the same"))
+      << o.out;
+  // A rule whose copies agree gets no such line.
+  const Outcome sgd = twin_run(
+      "--opt sgd --twin identity --steps 3 --task mod11 --depth 1 "
+      "--d-model 8 --heads 2 --quiet --out s.jsonl",
+      dir);
+  ASSERT_EQ(sgd.code, 0) << sgd.err;
+  EXPECT_FALSE(contains(sgd.out, "warning:")) << sgd.out;
+  fs::remove_all(dir);
+}
+
+// A rule that changes the working directory changes it for itself only:
+// the relative --out, its checkpoints and --save-models stay where the
+// command named them. One that calls posix._exit (os._exit's other name)
+// is refused as os._exit is, not ended with status 0 and no records.
+TEST(BridgeCli, ARulesChdirAndExitStayInsideIt) {
+  using namespace testing_helpers;
+  const fs::path dir = fresh_dir("bridge-chdir");
+  fs::create_directories(dir / "elsewhere");
+  const std::string path = write_rule("wander.py", R"(
+import os
+import posix
+import torch
+class Wander(torch.optim.SGD):
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, lr=lr)
+        os.chdir("elsewhere")
+    def step(self, closure=None):
+        os.chdir("/")
+        return super().step(closure)
+class Leave(torch.optim.SGD):
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, lr=lr)
+    def step(self, closure=None):
+        posix._exit(0)
+)");
+  const std::string tiny =
+      " --steps 3 --task mod11 --depth 1 --d-model 8 --heads 2 --quiet";
+  const Outcome o = twin_run("--opt py:" + path + ":Wander" + tiny +
+                                 " --out rel/r.jsonl --save-models relmodels",
+                             dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(count_lines(slurp(dir / "rel" / "r.jsonl")), 1);
+  EXPECT_TRUE(fs::is_directory(dir / "relmodels"));
+  EXPECT_TRUE(fs::is_empty(dir / "elsewhere"));
+  const Outcome leave =
+      twin_run("--opt py:" + path + ":Leave" + tiny + " --out l.jsonl", dir);
+  EXPECT_NE(leave.code, 0);
+  EXPECT_TRUE(contains(leave.err, "the rule called os._exit(0)")) << leave.err;
+  EXPECT_FALSE(fs::exists(dir / "l.jsonl"));
   fs::remove_all(dir);
 }
 

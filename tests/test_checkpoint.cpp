@@ -651,7 +651,7 @@ int signalled_run(const fs::path& dir, const std::string& args, int signal,
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-TEST(CheckpointBinary, SigtermAndSigintCheckpointAndSayWhere) {
+TEST(CheckpointBinary, SigtermSigintAndSighupCheckpointAndSayWhere) {
   const fs::path dir = fresh_dir("ckpt-signal");
   const std::string run =
       "--task charlm --dtype float64 --opt adam --steps 400 --depth 1 "
@@ -677,6 +677,17 @@ TEST(CheckpointBinary, SigtermAndSigintCheckpointAndSayWhere) {
                std::string::npos;
       });
   EXPECT_EQ(interrupted, 130) << slurp(dir / "err.txt");
+  // Resumed again, then its terminal closed: SIGHUP checkpoints as SIGTERM.
+  // (The last run's log says "resumed at step" too: gone before this one.)
+  fs::remove(dir / "err.txt");
+  const int hung_up = signalled_run(dir, run + "--out sig.jsonl", SIGHUP, [&] {
+    return slurp(dir / "err.txt").find("resumed at step") != std::string::npos;
+  });
+  const std::string hup_err = slurp(dir / "err.txt");
+  EXPECT_EQ(hung_up, 75) << hup_err;
+  EXPECT_NE(hup_err.find("SIGHUP: group 'adam (init 42)' stopped at step "),
+            std::string::npos)
+      << hup_err;
   const auto o = twin_run(run + "--out sig.jsonl", dir);
   ASSERT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(file_records(dir / "sig.jsonl"),

@@ -422,11 +422,19 @@ TEST(Snapshot, MissingCorruptOrMismatchedFilesAreOneLineErrorsNamingTheFile) {
   restore();
   // A model file put in place with its digest recorded too (by hand, or
   // by another tool): what it holds is still checked.
+  // spec.json's own digest: the SHA-256 of its other fields as one
+  // canonical JSON text (docs/output-format.md), what such a tool writes
+  // too.
+  auto with_digest = [](nlohmann::json j) {
+    j.erase("spec_sha256");
+    j["spec_sha256"] = data::sha256_hex(j.dump());
+    return j.dump(2);
+  };
   auto put_recorded = [&](const fs::path& model, const std::string& bytes) {
     put(model, bytes);
     nlohmann::json j = nlohmann::json::parse(slurp(spec));
     j["model_sha256"][model == m1 ? 0 : 1] = data::sha256_hex(bytes);
-    put(spec, j.dump(2));
+    put(spec, with_digest(j));
   };
   put_recorded(m1, good_m1.substr(0, good_m1.size() / 2));
   expect_error(dir, m1, "not a readable model archive");
@@ -443,8 +451,23 @@ TEST(Snapshot, MissingCorruptOrMismatchedFilesAreOneLineErrorsNamingTheFile) {
   {
     nlohmann::json j = nlohmann::json::parse(good_spec);
     j.erase("model_sha256");
-    put(spec, j.dump(2));
+    put(spec, with_digest(j));
     expect_error(dir, spec, "has no 'model_sha256'");
+    j.erase("spec_sha256");
+    put(spec, j.dump(2));
+    expect_error(dir, spec, "has no 'spec_sha256'");
+  }
+  restore();
+  // An edited spec, its key edited to match (another twin seed would be
+  // measured as if the models had been trained with it).
+  {
+    nlohmann::json j = nlohmann::json::parse(good_spec);
+    twins::PairSpec edited = t.spec;
+    edited.twin_seed += 1;
+    j["twin_seed"] = edited.twin_seed;
+    j["key"] = edited.key();
+    put(spec, j.dump(2));
+    expect_error(dir, spec, "was edited since it was saved");
   }
   restore();
   fs::remove(spec);

@@ -226,6 +226,45 @@ TEST(Outputs, BenchNeverReplacesAnotherKindOfFile) {
 // table, is refused before it writes anything into the first's file, its
 // summaries or its lock; and a table is never aggregated from none of its
 // records.
+// A summary, figure, script or data file that is there is replaced only
+// when twin-run wrote it (docs/output-format.md): a user's t.md, t.csv,
+// fig2.gp or u.svg beside the results is refused, never replaced, and a
+// run stops before its first step.
+TEST(Outputs, AUsersFileBesideTheResultsIsNeverReplaced) {
+  const fs::path dir = fresh_dir("users-files");
+  const std::string mine = "my own notes\n";
+  for (const char* name : {"t.md", "t.csv"}) {
+    spit(dir / name, mine);
+    expect_refused("table table3 --steps 1 --quiet --out t.jsonl",
+                   std::string("Cannot write summary '") + name +
+                       "': a file of that name is there and twin-run did "
+                       "not write it",
+                   dir);
+    EXPECT_EQ(slurp(dir / name), mine);
+    EXPECT_FALSE(fs::exists(dir / "t.jsonl"));
+    fs::remove(dir / name);
+  }
+  // twin-run's own summaries are replaced.
+  ASSERT_EQ(twin_run("table table3 --steps 1 --quiet --out t.jsonl", dir).code,
+            0);
+  ASSERT_EQ(twin_run("table table3 --aggregate t.jsonl", dir).code, 0);
+  // A figure's script of the user's, and a figure with no script of
+  // twin-run's beside it.
+  ASSERT_EQ(twin_run(kPair + " --out seed.jsonl", dir).code, 0);
+  spit(dir / "fig2.gp", mine);
+  expect_refused("plot seed.jsonl -o fig2.svg",
+                 "Cannot write plot file 'fig2.gp': a file of that name", dir);
+  EXPECT_EQ(slurp(dir / "fig2.gp"), mine);
+  spit(dir / "t.svg", mine);
+  expect_refused("table table3 --aggregate t.jsonl --plot",
+                 "Cannot write plot file 't.svg'", dir);
+  EXPECT_EQ(slurp(dir / "t.svg"), mine);
+  // Its own plot files are replaced: drawn twice.
+  ASSERT_EQ(twin_run("plot seed.jsonl -o own.svg", dir).code, 0);
+  EXPECT_EQ(twin_run("plot seed.jsonl -o own.svg", dir).code, 0);
+  fs::remove_all(dir);
+}
+
 TEST(Outputs, ATableNeverAppendsToAnotherTablesFile) {
   const fs::path dir = fresh_dir("two-tables");
   ASSERT_EQ(twin_run("table table3 --steps 2 --quiet --out t3.jsonl", dir).code,
@@ -244,6 +283,14 @@ TEST(Outputs, ATableNeverAppendsToAnotherTablesFile) {
   ASSERT_EQ(twin_run(kPair + " --out plain.jsonl", dir).code, 0);
   expect_refused("table table3 --steps 2 --quiet --out plain.jsonl",
                  "holds records of runs that are not a table", dir);
+  // ... and the same table at another setting (its summary would be
+  // replaced by one of mixed records, which --aggregate then refuses).
+  expect_refused("table table3 --steps 3 --quiet --out t3.jsonl",
+                 "holds table table3 at another setting (table3-steps2, line "
+                 "1) and this run is table3-steps3",
+                 dir);
+  EXPECT_EQ(slurp(dir / "t3.jsonl"), records);
+  EXPECT_EQ(slurp(dir / "t3.md"), summary);
   // The same table resumes into its own file.
   EXPECT_EQ(twin_run("table table3 --steps 2 --quiet --out t3.jsonl", dir).code,
             0);
@@ -298,6 +345,29 @@ TEST(Results, AWholeLastRecordWithoutItsNewlineIsKept) {
   const std::string after = slurp(dir / "r.jsonl");
   EXPECT_EQ(after.substr(0, text.size() + 1), text + "\n");
   EXPECT_EQ(sweep::read_results((dir / "r.jsonl").string()).records.size(), 3u);
+  fs::remove_all(dir);
+}
+
+// After the records, a note without its newline — a comment, or a whole
+// JSON object that is no record — is the user's: refused, never cut (only
+// the start of a record, what a crash mid-write leaves, is cut).
+TEST(Results, AUsersNoteAfterTheRecordsIsNeverCut) {
+  const fs::path dir = fresh_dir("note-after");
+  ASSERT_EQ(twin_run(kPair + " --out r.jsonl", dir).code, 0);
+  const std::string records = slurp(dir / "r.jsonl");
+  for (const std::string note : {"# my note", "{\"my\": \"note\"}"}) {
+    spit(dir / "r.jsonl", records + note);
+    expect_refused(kPair + " --twin gauge,identity --out r.jsonl",
+                   "neither a record nor the start of one", dir);
+    EXPECT_EQ(slurp(dir / "r.jsonl"), records + note) << note;
+  }
+  // The start of a record is cut, and the run goes on.
+  spit(dir / "r.jsonl", records + "{\"key\": \"abc");
+  const Outcome o = twin_run(kPair + " --twin gauge,identity --out r.jsonl", dir);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const std::string after = slurp(dir / "r.jsonl");
+  EXPECT_EQ(after.substr(0, records.size()), records);
+  EXPECT_EQ(sweep::read_results((dir / "r.jsonl").string()).records.size(), 2u);
   fs::remove_all(dir);
 }
 
@@ -521,9 +591,41 @@ INSTANTIATE_TEST_SUITE_P(
                                                 "charlm only"},
         Bad{"--opt sgd --ctx 9 --steps 1", "--ctx applies to --task charlm"},
         Bad{"--twin gauge --steps 1", "--twin gauge without --opt"},
+        Bad{"--opt sgd --twin identity --twin-seed 7 --steps 1",
+            "--twin-seed applies to the twins drawn from a seed"},
+        Bad{"--opt sgd --twin gauge --noise-scale 1e-3 --steps 1",
+            "--noise-scale applies to --twin noise; --twin gauge has no "
+            "noise twin"},
         Bad{"bench --quick --rows mod47-f32,mod47-f32",
             "'mod47-f32' appears twice"},
         Bad{"table table3 --steps 1 --shard 8/8", "would be empty"}));
+
+// Corpora that never end, and a path the records could not hold: refused
+// before step 0 (a path in another encoding used to train every step and
+// then fail the record's write).
+INSTANTIATE_TEST_SUITE_P(
+    Corpora, Refused,
+    ::testing::Values(
+        Bad{"--task charlm --data /dev/zero --steps 1",
+            "'/dev/zero': it is a device or a socket, not a text file"},
+        Bad{"--task charlm --data 'c\xff.txt' --steps 1",
+            "--data 'c\xef\xbf\xbd.txt' is not UTF-8 text"}));
+
+// A corpus larger than the memory can hold is refused by the memory check,
+// which counts it (kCorpusBytesPerByte of its file), before it is read: a
+// sparse file of 1 TB would otherwise be read until the kernel's
+// out-of-memory killer ends the run.
+TEST(Corpus, OneTheMemoryCannotHoldIsRefusedBeforeItIsRead) {
+  const fs::path dir = fresh_dir("big-corpus");
+  { std::ofstream(dir / "big.txt"); }
+  fs::resize_file(dir / "big.txt", uintmax_t(1000) * 1000 * 1000 * 1000);
+  expect_refused("--task charlm --data big.txt --steps 1",
+                 "Not enough memory", dir);
+  expect_refused("--task charlm --data big.txt --steps 1",
+                 "a corpus of 1.0 TB", dir);
+  EXPECT_EQ(files_in(dir), std::vector<std::string>{"big.txt"});
+  fs::remove_all(dir);
+}
 
 // The largest seed is a seed: accepted and recorded as given.
 TEST(Values, TheLargestSeedIsAccepted) {

@@ -43,6 +43,15 @@ enum class OutputKind { kReplace, kAppend };
 void check_output_file(const std::string& path, const std::string& what,
                        OutputKind kind = OutputKind::kReplace);
 
+// How a summary twin-run writes beside a results file (report::to_markdown,
+// report::to_csv) is recognised, so that a later command replaces only its
+// own: the Markdown's last section is headed kSummaryMarkdownLast, the
+// CSV's first line is kSummaryCsvHeader.
+constexpr char kSummaryMarkdownLast[] = "\n## All pairs\n";
+constexpr char kSummaryCsvHeader[] =
+    "section,row,column,n,measured_min,measured_max,paper_min,paper_max,"
+    "paper\n";
+
 // Marks `path` (when it exists) as an input of this process, `what` naming
 // it ("results file"): from then on write_text_atomically and
 // check_output_file (kReplace) refuse it, whatever name it is reached by,

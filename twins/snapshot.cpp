@@ -66,6 +66,14 @@ std::string recorded_digest(const json& spec, size_t index,
   return (*digests)[index].get<std::string>();
 }
 
+// The SHA-256 of spec.json's fields but its own digest ("spec_sha256"),
+// as one canonical JSON text (keys sorted): what an edit of any field, the
+// key and the models' digests included, changes.
+std::string spec_digest(json j) {
+  j.erase("spec_sha256");
+  return data::sha256_hex(j.dump());
+}
+
 PairSpec read_spec(const std::string& path, int64_t* step,
                    std::array<std::string, 2>* digests) {
   TORCH_CHECK(fs::is_regular_file(path), "saved pair: '", path,
@@ -88,6 +96,14 @@ PairSpec read_spec(const std::string& path, int64_t* step,
   }
   TORCH_CHECK(j.contains("key") && j["key"] == spec.key(), "saved pair: '",
               path, "': its 'key' does not match its fields");
+  TORCH_CHECK(j.contains("spec_sha256") && j["spec_sha256"].is_string(),
+              "saved pair: '", path, "' has no 'spec_sha256' (saved by an "
+              "earlier twins, whose spec cannot be checked; save the pair "
+              "again)");
+  TORCH_CHECK(j["spec_sha256"].get<std::string>() == spec_digest(j),
+              "saved pair: '", path, "' was edited since it was saved (its "
+              "fields no longer match its 'spec_sha256'): the models were "
+              "trained as the saved spec says, not as the edited one");
   TORCH_CHECK(j.contains("saved_step") && j["saved_step"].is_number_integer(),
               "saved pair: '", path, "' has no integer 'saved_step'");
   *step = j["saved_step"].get<int64_t>();
@@ -206,6 +222,7 @@ void save_pair(const std::string& dir, const PairSpec& spec, int64_t step,
   json j = spec_json(spec, step);
   j["model_sha256"] = {write_model((d / kSnapshotModelFiles[0]).string(), m1),
                        write_model((d / kSnapshotModelFiles[1]).string(), m2)};
+  j["spec_sha256"] = spec_digest(j);
   write_text_atomically(spec_path, j.dump(2) + "\n");
 }
 

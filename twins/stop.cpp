@@ -33,6 +33,8 @@ std::string signal_name(int signal) {
       return "SIGUSR1";
     case SIGINT:
       return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
     default:
       return fmt::format("signal {}", signal);
   }
@@ -40,7 +42,8 @@ std::string signal_name(int signal) {
 
 namespace {
 
-// A stop request; a second SIGTERM or SIGINT then ends the process.
+// A stop request; a second SIGTERM, SIGINT or SIGHUP then ends the
+// process.
 extern "C" void on_stop_signal(int signal) {
   request_stop(signal);
   if (signal != SIGUSR1)
@@ -57,8 +60,13 @@ StopSignals::StopSignals(bool install) : installed_(install) {
   action.sa_handler = on_stop_signal;
   action.sa_flags = SA_RESTART;  // other threads' reads and writes go on
   sigemptyset(&action.sa_mask);
-  for (size_t i = 0; i < kSignals.size(); ++i)
-    ::sigaction(kSignals[i], &action, &previous_[i]);
+  for (size_t i = 0; i < kSignals.size(); ++i) {
+    ::sigaction(kSignals[i], nullptr, &previous_[i]);
+    // An ignored SIGHUP stays ignored: `nohup twin-run ...` asked for it.
+    if (kSignals[i] == SIGHUP && previous_[i].sa_handler == SIG_IGN)
+      continue;
+    ::sigaction(kSignals[i], &action, nullptr);
+  }
 }
 
 StopSignals::~StopSignals() {

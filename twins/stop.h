@@ -1,4 +1,4 @@
-// Stop requests: SIGTERM, SIGUSR1 and SIGINT (handlers installed by
+// Stop requests: SIGTERM, SIGUSR1, SIGINT and SIGHUP (handlers installed by
 // StopSignals) set a process-wide flag instead of ending the process; a
 // group that keeps a checkpoint (twins/checkpoint.h) polls it between
 // steps, writes its state and throws Stopped. The front ends (app/main.cpp,
@@ -19,14 +19,16 @@ int stop_requested() noexcept;
 void request_stop(int signal) noexcept;
 // Forgets a request (tests, and a process that runs again after a stop).
 void clear_stop() noexcept;
-// "SIGTERM", "SIGUSR1", "SIGINT", or "signal N".
+// "SIGTERM", "SIGUSR1", "SIGINT", "SIGHUP", or "signal N".
 std::string signal_name(int signal);
 
-// While it lives (and `install` is true): SIGTERM, SIGUSR1 and SIGINT
-// request a stop instead of ending the process, so that every group with a
-// checkpoint writes its state and stops at its next step; a second SIGTERM
-// or SIGINT ends the process at once, as without them. Clears an earlier
-// request first; restores the previous handlers.
+// While it lives (and `install` is true): SIGTERM, SIGUSR1, SIGINT and
+// SIGHUP (a closed terminal or ssh session) request a stop instead of
+// ending the process, so that every group with a checkpoint writes its
+// state and stops at its next step; a second SIGTERM, SIGINT or SIGHUP ends
+// the process at once, as without them. A SIGHUP already ignored (nohup)
+// stays ignored. Clears an earlier request first; restores the previous
+// handlers.
 class StopSignals {
  public:
   explicit StopSignals(bool install);
@@ -35,9 +37,10 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
 
  private:
-  static constexpr std::array<int, 3> kSignals = {SIGTERM, SIGUSR1, SIGINT};
+  static constexpr std::array<int, 4> kSignals = {SIGTERM, SIGUSR1, SIGINT,
+                                                  SIGHUP};
   bool installed_;
-  std::array<struct sigaction, 3> previous_{};
+  std::array<struct sigaction, 4> previous_{};
 };
 
 // Thrown by a group that stopped on request after writing its state.

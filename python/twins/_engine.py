@@ -4,6 +4,7 @@ KeyboardInterrupt."""
 
 import importlib.util
 import sys
+import warnings
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import _core
@@ -16,6 +17,34 @@ def _settings(**given) -> Dict[str, Any]:
     """The settings every entry point shares, None meaning the task's default
     (twin-run's flags of the same names: docs/usage.md)."""
     return {k: v for k, v in given.items() if v is not None}
+
+
+def _listed(name: str, value) -> list:
+    """A list setting as a list: a string would be the list of its letters
+    (twins="gauge" ran the twin kind 'g')."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"twins: {name}={value!r} is a string: give a list, "
+                        f"e.g. {name}=[{value!r}]")
+    return list(value)
+
+
+def _warn_identity(records: List[dict]) -> None:
+    """A RuntimeWarning per identity twin that is not exactly 0, as twin-run
+    prints one: its copies did not compute the same, so its other twins do
+    not measure the gauge alone (docs/protocol.md §2)."""
+    for r in records:
+        if r.get("twin") != "identity":
+            continue
+        for p in r.get("curve", []):
+            if (p.get("logit_drift") or 0) > 0 or (p.get("qk_drift_max") or 0) > 0:
+                warnings.warn(
+                    f"twins: the identity twin of {r.get('opt')} (init "
+                    f"{r.get('init_seed')}) is {p.get('logit_drift')} at step "
+                    f"{p.get('step')}, not exactly 0: its two copies did not "
+                    "compute the same (state kept outside its optimizer, or a "
+                    "draw outside its random stream)", RuntimeWarning,
+                    stacklevel=3)
+                break
 
 
 def _in_notebook() -> bool:
@@ -112,12 +141,15 @@ def run(opt, *, twins: Sequence[str] = ("gauge",),
     installed, False none. The other arguments are twin-run's flags of the
     same names (docs/usage.md); None takes the task's default."""
     settings = _settings(
-        twins=list(twins), twin_seeds=list(twin_seeds),
-        noise_scales=list(noise_scales), task=task, steps=steps, lr=lr,
+        twins=_listed("twins", twins), twin_seeds=_listed("twin_seeds", twin_seeds),
+        noise_scales=_listed("noise_scales", noise_scales), task=task,
+        steps=steps, lr=lr,
         dtype=dtype, init_seed=init_seed, device=device, depth=depth,
         d_model=d_model, heads=heads, mlp=mlp, data_seed=data_seed, out=out,
         jobs=jobs, threads=threads)
-    return _start("run", opt, args, settings, progress)["records"]
+    records = _start("run", opt, args, settings, progress)["records"]
+    _warn_identity(records)
+    return records
 
 
 def verdict(opt, *, args: Optional[dict] = None, task: str = "mod47",

@@ -273,6 +273,58 @@ class NotebookPathTest(unittest.TestCase):
             twins.plot(records, metric="nope")
 
 
+    def test_plot_refuses_what_it_cannot_draw_and_reads_a_file(self):
+        # Checked before matplotlib is imported: these hold without it.
+        records = twins.run("adam", twins=["gauge"], steps=3, **TINY)
+        with self.assertRaisesRegex(ValueError, "no record carries 'vo_drift_mean' "
+                                    r"\(the gauge-vo and gauge-all twins do\)"):
+            twins.plot(records, metric="vo_drift_mean")
+        with self.assertRaisesRegex(ValueError, "cannot read records from 'nope.jsonl'"):
+            twins.plot("nope.jsonl")
+        with self.assertRaisesRegex(TypeError, "records are dicts"):
+            twins.plot(["not a record"])
+        try:
+            import matplotlib
+        except ImportError:
+            self.skipTest("matplotlib is not installed here")
+        matplotlib.use("Agg")
+        # A null (non-finite) value is left out, not a TypeError.
+        broken = [dict(records[0], curve=[dict(records[0]["curve"][0],
+                                               logit_drift=None)]
+                       + records[0]["curve"][1:])]
+        self.assertEqual(type(twins.plot(broken)).__name__, "Figure")
+        vo = twins.run("adam", twins=["gauge-vo"], steps=3, **TINY)
+        self.assertEqual(type(twins.plot(vo, metric="vo_drift_mean")).__name__,
+                         "Figure")
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "r.jsonl")
+            twins.run("adam", twins=["gauge"], steps=3, out=out, progress=False,
+                      **TINY)
+            self.assertEqual(type(twins.plot(out)).__name__, "Figure")
+
+
+class SettingsTest(unittest.TestCase):
+    def test_zero_and_empty_are_refused_naming_the_value(self):
+        # None is "the default"; 0, an empty list or name, a bool for a
+        # number and a string for a list are mistakes, refused before
+        # anything runs.
+        for bad, says in [(dict(steps=0), "steps=0 must be at least 1"),
+                          (dict(depth=0), "depth=0 must be at least 1"),
+                          (dict(d_model=0), "d_model=0 must be at least 1"),
+                          (dict(heads=0), "heads=0 must be at least 1"),
+                          (dict(mlp=0), "mlp=0 must be at least 1"),
+                          (dict(jobs=0), "jobs=0 must be at least 1"),
+                          (dict(twins=[]), r"twins=\[\] names no twin"),
+                          (dict(out=""), "out='' names no file"),
+                          (dict(steps=True), "steps=True has the wrong type"),
+                          (dict(lr=0.0), "lr=0 must be a positive number")]:
+            with self.subTest(bad=bad):
+                with self.assertRaisesRegex(RuntimeError, says):
+                    twins.run("adam", progress=False, **bad)
+        with self.assertRaisesRegex(TypeError, "twins='gauge' is a string"):
+            twins.run("adam", twins="gauge", progress=False)
+
+
 class ModuleRulesTest(unittest.TestCase):
     def test_a_module_without_distribution_is_named_by_its_hash(self):
         with tempfile.TemporaryDirectory() as d:
