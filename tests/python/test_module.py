@@ -303,6 +303,23 @@ class NotebookPathTest(unittest.TestCase):
             self.assertEqual(type(twins.plot(out)).__name__, "Figure")
 
 
+class IdentityTest(unittest.TestCase):
+    def test_a_class_keeps_its_name_once_built(self):
+        # torch.optim.Optimizer wraps a subclass's step() at its first
+        # instance; the name (and so the records' keys, and a resume in
+        # the same process) must not change with it.
+        namespace = {}
+        exec("import torch\n"
+             "class Fresh(torch.optim.SGD):\n"
+             "    def step(self, closure=None):\n"
+             "        return super().step(closure)\n", namespace)
+        fresh = namespace["Fresh"]
+        fresh.__module__ = __name__
+        before = twins.resolve(fresh)
+        fresh([torch.zeros(1, requires_grad=True)], lr=0.1)
+        self.assertEqual(twins.resolve(fresh), before)
+
+
 class SettingsTest(unittest.TestCase):
     def test_zero_and_empty_are_refused_naming_the_value(self):
         # None is "the default"; 0, an empty list or name, a bool for a
