@@ -811,6 +811,20 @@ TEST(BridgeCli, TheCensusTableJudgesEachRuleAndRecordsOneThatRaises) {
   EXPECT_TRUE(contains(one, "| ASGD | equivariant |")) << one;
   EXPECT_FALSE(contains(one, "| Adam |")) << one;
   EXPECT_FALSE(contains(one, "not recorded yet")) << one;
+  // A quick census (default rates alone) into this file would replace its
+  // summary with one that says no other rate was tried: refused, nothing
+  // changed.
+  const std::string records = slurp(dir / "c.jsonl");
+  const Outcome quick = twin_run(
+      "table census --rules torch:ASGD --steps 20 --default-rates --out "
+      "c.jsonl --quiet",
+      dir);
+  EXPECT_NE(quick.code, 0);
+  EXPECT_TRUE(contains(quick.err, "--default-rates: --out 'c.jsonl' holds "
+                                  "torch:ASGD"))
+      << quick.err;
+  EXPECT_EQ(slurp(dir / "c.jsonl"), records);
+  EXPECT_EQ(slurp(dir / "c.md"), one);
   // --rules is the census's alone; an unknown rule is named.
   const Outcome zoo = twin_run("table zoo --rules torch --steps 2", dir);
   EXPECT_NE(zoo.code, 0);
