@@ -8,6 +8,7 @@
 
 #include "bridge/python.h"
 #include "model/generator.h"
+#include "twins/stop.h"
 
 namespace bridge {
 
@@ -186,6 +187,7 @@ PythonOptimizer::PythonOptimizer(std::shared_ptr<const Rule> rule,
                           rule_->name, python_error(e));
     }
   }
+  twins::restore_stop_handlers();  // a rule's own handler does not stay
   TORCH_CHECK(error.empty(), error);
 }
 
@@ -216,6 +218,9 @@ torch::Tensor PythonOptimizer::step(LossClosure closure) {
                           steps_, python_error(e));
     }
     *alive = false;
+    // A handler the rule put in place of the stop signals' is undone, so
+    // that SIGTERM still checkpoints (signal.signal(SIGTERM, SIG_IGN)).
+    twins::restore_stop_handlers();
     // A state a checkpoint cannot hold (a lock, an open file) is found at
     // the first step, not when the first checkpoint is written minutes
     // later: the state after one step is what every later one holds.
@@ -262,6 +267,7 @@ void PythonOptimizer::call_rule(const char* method, const char* what) {
                           what, steps_, python_error(e));
     }
   }
+  twins::restore_stop_handlers();
   TORCH_CHECK(error.empty(), error);
 }
 

@@ -12,6 +12,7 @@
 #include "census/census.h"
 #include "bridge_test_config.h"
 #include "sweep/tables.h"
+#include "twins/stop.h"
 
 #ifdef TWINS_TEST_STUB
 
@@ -530,6 +531,32 @@ class Locked(torch.optim.SGD):
                                  "step 1: TypeError"))
       << m;
   EXPECT_FALSE(fs::exists(out));
+}
+
+// A rule that takes the stop signals for itself (a handler, or SIG_IGN)
+// has twin-run's put back after each call: SIGTERM still checkpoints.
+TEST(BridgeErrors, ARuleCannotTakeTheStopSignals) {
+  const std::string path = write_rule("ignores.py", R"(
+import signal
+import torch
+class Ignores(torch.optim.SGD):
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, lr=lr)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    def step(self, closure=None):
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        return super().step(closure)
+)");
+  const std::string name = bridge::resolve_rule("py:" + path + ":Ignores");
+  const std::string out = (scratch() / "ignores.jsonl").string();
+  twins::StopSignals guard(true);
+  run(sweep::expand(tiny_request(name, 2)), 1, 1, out);
+  for (int signal : {SIGTERM, SIGUSR1}) {
+    struct sigaction now = {};
+    ::sigaction(signal, nullptr, &now);
+    EXPECT_NE(now.sa_handler, SIG_IGN) << signal;
+  }
+  EXPECT_EQ(twins::restore_stop_handlers(), "");
 }
 
 TEST(BridgeErrors, AnExceptionInStepNamesTheStepAndLeavesNoFile) {

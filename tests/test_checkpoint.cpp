@@ -26,6 +26,7 @@
 #include "sweep/engine.h"
 #include "twins/environment.h"
 #include "twins/checkpoint.h"
+#include "twins/stop.h"
 #include "twins/pair.h"
 #include "twins/record.h"
 
@@ -649,6 +650,22 @@ int signalled_run(const fs::path& dir, const std::string& args, int signal,
   int status = 0;
   ::waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A handler something else puts in place of the stop signals' while they
+// live (a Python rule's signal.signal(SIGTERM, SIG_IGN)) is put back, so
+// that SIGTERM still asks for a stop.
+TEST(StopSignals, AReplacedHandlerIsPutBack) {
+  twins::StopSignals guard(true);
+  ::signal(SIGTERM, SIG_IGN);
+  EXPECT_EQ(twins::restore_stop_handlers(), "SIGTERM");
+  struct sigaction now = {};
+  ::sigaction(SIGTERM, nullptr, &now);
+  EXPECT_NE(now.sa_handler, SIG_IGN);
+  EXPECT_EQ(twins::restore_stop_handlers(), "");
+  ::raise(SIGTERM);
+  EXPECT_EQ(twins::stop_requested(), SIGTERM);
+  twins::clear_stop();
 }
 
 TEST(CheckpointBinary, SigtermSigintAndSighupCheckpointAndSayWhere) {

@@ -3,12 +3,17 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdint>
 
 namespace twins {
 
 namespace {
 
 std::atomic<int> stop_signal{0};
+
+// The signals whose handler StopSignals installed (a bit per signal
+// number), while it lives.
+std::atomic<uint64_t> installed_mask{0};
 
 }  // namespace
 
@@ -66,12 +71,39 @@ StopSignals::StopSignals(bool install) : installed_(install) {
     if (kSignals[i] == SIGHUP && previous_[i].sa_handler == SIG_IGN)
       continue;
     ::sigaction(kSignals[i], &action, nullptr);
+    installed_mask |= uint64_t(1) << kSignals[i];
   }
+}
+
+std::string restore_stop_handlers() {
+  // After a stop request the handler has put the default back itself (a
+  // second signal ends the process): nothing to restore then.
+  if (stop_requested() != 0)
+    return "";
+  std::string replaced;
+  struct sigaction action = {};
+  action.sa_handler = on_stop_signal;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  const uint64_t mask = installed_mask.load();
+  for (int signal : StopSignals::signals()) {
+    if ((mask & (uint64_t(1) << signal)) == 0)
+      continue;
+    struct sigaction now = {};
+    ::sigaction(signal, nullptr, &now);
+    if (now.sa_handler == on_stop_signal)
+      continue;
+    ::sigaction(signal, &action, nullptr);
+    if (replaced.empty())
+      replaced = signal_name(signal);
+  }
+  return replaced;
 }
 
 StopSignals::~StopSignals() {
   if (!installed_)
     return;
+  installed_mask = 0;
   for (size_t i = 0; i < kSignals.size(); ++i)
     ::sigaction(kSignals[i], &previous_[i], nullptr);
 }

@@ -32,6 +32,7 @@ std::string signal_name(int signal);
 class StopSignals {
  public:
   explicit StopSignals(bool install);
+  static const std::array<int, 4>& signals() { return kSignals; }
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -42,6 +43,14 @@ class StopSignals {
   bool installed_;
   std::array<struct sigaction, 4> previous_{};
 };
+
+// Puts back every handler a living StopSignals installed that something
+// else replaced since (a Python rule's signal.signal(SIGTERM, SIG_IGN), or
+// a handler of its own), so that a stop still checkpoints; returns the
+// first such signal's name, "" when none was replaced, none is installed,
+// or a stop was requested (the handler then gave the default back
+// itself). The bridge calls it after every call into a rule.
+std::string restore_stop_handlers();
 
 // Thrown by a group that stopped on request after writing its state.
 class Stopped : public std::runtime_error {
