@@ -275,28 +275,6 @@ std::vector<std::string> table_banner(const Table& table, size_t pairs,
   return lines;
 }
 
-// A census at its default rates alone into a file that holds its rules at
-// other rates too (a full census's): its summary, headed "no other rate
-// tried", would replace the full one. Refused before anything is written.
-void check_no_other_rates(const Table& table, const std::string& path) {
-  const ResultsFile file = read_results(path, /*missing_ok=*/true);
-  std::set<std::string> keys, rules;
-  for (const PairSpec& pair : table.pairs) {
-    keys.insert(pair.key());
-    rules.insert(pair.opt);
-  }
-  for (const StoredRecord& record : file.records) {
-    const PairSpec& spec = record.result.spec;
-    TORCH_CHECK(keys.count(record.key) > 0 || rules.count(spec.opt) == 0 ||
-                    record.json.value("table", "") != table.name,
-                "--default-rates: --out '", path, "' holds ", spec.opt,
-                " at lr ", spec.lr, " (line ", record.line,
-                "), a rate other than its default: its summary, of the "
-                "default rates alone, would replace that census's; run without "
-                "--default-rates, or use another --out");
-  }
-}
-
 Prepared resolve_table(const CommandRequest& request) {
   TORCH_CHECK(!request.table.empty(), "table: name a table (",
               fmt::format("{}", fmt::join(table_names(static_cast<bool>(
@@ -313,6 +291,7 @@ Prepared resolve_table(const CommandRequest& request) {
   prepared.engine = request.engine;
   prepared.engine.table = table.name;
   prepared.engine.record_failures = table.records_failures;
+  prepared.engine.listed_rates_only = request.overrides.default_rates;
   prepared.pairs = shard_of(table.pairs, shard, prepared.engine.share);
   if (sharded) {
     const size_t groups =
@@ -331,8 +310,6 @@ Prepared resolve_table(const CommandRequest& request) {
       !request.engine.results_path.empty()
           ? request.engine.results_path
           : (fs::path("runs") / (name + ".jsonl")).string();
-  if (request.overrides.default_rates)
-    check_no_other_rates(table, prepared.engine.results_path);
   prepared.lines =
       table_banner(table, prepared.pairs.size(), sharded ? &shard : nullptr,
                    parallel, prepared.engine);

@@ -300,6 +300,13 @@ void check_one_table(const ResultsFile& file, const std::vector<PairSpec>& pairs
   const std::string setting = options.table.empty() || pairs.empty()
                                   ? std::string()
                                   : table_setting(options.table, pairs.front());
+  std::set<std::string> keys, rules;  // listed_rates_only: the job list's
+  if (options.listed_rates_only) {
+    for (const PairSpec& pair : pairs) {
+      keys.insert(pair.key());
+      rules.insert(pair.opt);
+    }
+  }
   for (const StoredRecord& record : file.records) {
     const std::string table = record.json.value("table", "");
     TORCH_CHECK(table == options.table, "--out '", options.results_path,
@@ -313,6 +320,14 @@ void check_one_table(const ResultsFile& file, const std::vector<PairSpec>& pairs
                 "' holds table ", table, " at another setting (", theirs,
                 ", line ", record.line, ") and this run is ", setting,
                 ": one results file per setting, use another --out");
+    const PairSpec& spec = record.result.spec;
+    TORCH_CHECK(!options.listed_rates_only || keys.count(record.key) > 0 ||
+                    rules.count(spec.opt) == 0,
+                "--default-rates: --out '", options.results_path, "' holds ",
+                spec.opt, " at lr ", spec.lr, " (line ", record.line,
+                "), a rate other than its default: its summary, of the "
+                "default rates alone, would replace that census's; run "
+                "without --default-rates, or use another --out");
   }
 }
 

@@ -86,6 +86,11 @@ struct EngineOptions {
   // so, where a rule that cannot run is a row of the table; a rerun finds
   // those records and does not try the rule again.
   bool record_failures = false;
+  // A record of `table` for a rule of the job list must be one of its
+  // pairs: a census at its default rates alone (--default-rates) refuses a
+  // file that holds its rules at other rates, whose summary, "no other
+  // rate tried", would replace that census's.
+  bool listed_rates_only = false;
 };
 
 struct EngineOutcome {

@@ -145,13 +145,13 @@ std::vector<twins::CensusRule> census_rows(const TableOverrides& overrides) {
   return overrides.census(overrides.rules);
 }
 
-// The census's job list: the verdict's five twins of every rule of `rows`
-// that can run, each at its library's default rate, on the Table-3 model.
-std::vector<PairSpec> census_job_list(
-    const PlanRequest& base, const TableOverrides& overrides,
-    const std::vector<twins::CensusRule>& rows) {
+// The census's job list: the verdict's five twins of every rule of its
+// rows that can run, each at its library's default rate, on the Table-3
+// model.
+std::vector<PairSpec> census_pairs(const PlanRequest& base,
+                                   const TableOverrides& overrides) {
   std::vector<std::string> rules;
-  for (const twins::CensusRule& row : rows) {
+  for (const twins::CensusRule& row : census_rows(overrides)) {
     if (row.runs())
       rules.push_back(row.opt);
   }
@@ -175,12 +175,6 @@ std::vector<PairSpec> census_job_list(
     }
   }
   return out;
-}
-
-// The census table's job list (Config::pairs; make_table keeps the rows).
-std::vector<PairSpec> census_pairs(const PlanRequest& base,
-                                   const TableOverrides& overrides) {
-  return census_job_list(base, overrides, census_rows(overrides));
 }
 
 // The census's second part: for each rule whose gauge twin is recorded at
@@ -483,12 +477,9 @@ Table make_table(const std::string& name, const TableOverrides& overrides) {
   t.name = c.name;
   t.layout = c.layout;
   t.title = c.title;
-  if (c.pairs == census_pairs) {
-    t.census = census_rows(overrides);
-    t.pairs = census_job_list(base, overrides, t.census);
-  } else {
-    t.pairs = c.pairs(base, overrides);
-  }
+  t.pairs = c.pairs(base, overrides);
+  if (c.pairs == census_pairs)
+    t.census = census_rows(overrides);  // the census keeps its listing
   t.records_failures = c.pairs == census_pairs;
   if (c.pairs == census_pairs && !overrides.default_rates) {
     t.follow_up = [base, pairs = t.pairs](
