@@ -3,6 +3,10 @@
 #include "data/sha256.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,9 +58,70 @@ torch::Tensor to_tensor(const std::vector<int32_t>& ids) {
                        torch::kLong);
 }
 
+// The bytes of the pipe `path` to its end. Every wait for its writer is
+// bounded by `wait_seconds` (a FIFO nobody opens for writing would block
+// open() and read() forever), and what it gives by the memory a corpus of
+// that size would take.
+std::string read_pipe(const std::string& path, int wait_seconds) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  TORCH_CHECK(fd >= 0, "Cannot read corpus '", path, "': ",
+              std::strerror(errno));
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  const double cap = pages > 0 && page > 0
+                         ? static_cast<double>(pages) * page / kCorpusBytesPerByte
+                         : 1e18;
+  std::string bytes;
+  char buffer[1 << 16];
+  std::string error;
+  for (;;) {
+    // Linux reports no hang-up on a FIFO that never had a writer: poll
+    // waits for the first write, then for every next one or the end.
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, wait_seconds * 1000);
+    if (ready < 0 && errno == EINTR)
+      continue;
+    if (ready == 0) {
+      error = fmt::format(
+          "Cannot read corpus '{}': it is a pipe that {} in {} s (nothing "
+          "writes to it?)",
+          path, bytes.empty() ? "gave nothing" : "gave nothing more",
+          wait_seconds);
+      break;
+    }
+    if (ready < 0) {
+      error = fmt::format("Cannot read corpus '{}': {}", path,
+                          std::strerror(errno));
+      break;
+    }
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n == 0)
+      break;  // the writer closed it: the end
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR)
+        continue;
+      error = fmt::format("Cannot read corpus '{}': {}", path,
+                          std::strerror(errno));
+      break;
+    }
+    bytes.append(buffer, static_cast<size_t>(n));
+    if (static_cast<double>(bytes.size()) > cap) {
+      error = fmt::format(
+          "Cannot read corpus '{}': the pipe gave more than {:.3g} GB and "
+          "has not ended; a corpus takes {:g} bytes of memory per byte, and "
+          "this machine has {:.3g} GB",
+          path, cap / 1e9, kCorpusBytesPerByte, cap * kCorpusBytesPerByte / 1e9);
+      break;
+    }
+  }
+  ::close(fd);
+  TORCH_CHECK(error.empty(), error);
+  return bytes;
+}
+
 }  // namespace
 
-Corpus Corpus::load(const std::string& path) {
+Corpus Corpus::load(const std::string& path, int pipe_wait_seconds) {
   std::error_code ec;
   TORCH_CHECK(fs::exists(path, ec), "Cannot read corpus '", path,
               "': no such file");
@@ -71,24 +136,33 @@ Corpus Corpus::load(const std::string& path) {
               "read to its end)");
   // A pipe (`--data <(zcat corpus.gz)`) can be read once, and a run loads
   // its corpus several times (for the key's hash, then for each group):
-  // what a pipe gave is kept for the rest of the process.
+  // what a pipe gave is kept for the rest of the process, under the pipe
+  // itself (its device and inode), not its name.
   static std::mutex piped_mutex;
-  static std::map<std::string, Corpus> piped;
+  static std::map<std::pair<dev_t, ino_t>, Corpus> piped;
   const bool regular = fs::is_regular_file(path, ec);
   std::unique_lock<std::mutex> lock(piped_mutex, std::defer_lock);
+  std::pair<dev_t, ino_t> pipe_id{};
+  std::string bytes;
   if (!regular) {
+    struct stat st {};
+    TORCH_CHECK(::stat(path.c_str(), &st) == 0, "Cannot read corpus '",
+                path, "': ", std::strerror(errno));
+    pipe_id = {st.st_dev, st.st_ino};
     lock.lock();
-    const auto it = piped.find(path);
+    const auto it = piped.find(pipe_id);
     if (it != piped.end())
       return it->second;
+    bytes = read_pipe(path, pipe_wait_seconds);
+  } else {
+    std::ifstream f(path, std::ios::binary);
+    TORCH_CHECK(f.good(), "Cannot read corpus '", path, "': ",
+                std::strerror(errno));
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    TORCH_CHECK(!f.bad(), "Cannot read corpus '", path, "': read error");
+    bytes = ss.str();
   }
-  std::ifstream f(path, std::ios::binary);
-  TORCH_CHECK(f.good(), "Cannot read corpus '", path, "': ",
-              std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  TORCH_CHECK(!f.bad(), "Cannot read corpus '", path, "': read error");
-  const std::string bytes = ss.str();
   TORCH_CHECK(!bytes.empty(), "Corpus '", path, "' is empty");
   Corpus c;
   c.path = path;
@@ -98,7 +172,7 @@ Corpus Corpus::load(const std::string& path) {
   std::sort(c.vocab.begin(), c.vocab.end());
   c.vocab.erase(std::unique(c.vocab.begin(), c.vocab.end()), c.vocab.end());
   if (!regular)
-    piped[path] = c;
+    piped[pipe_id] = c;
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "data/charlm.h"
 #include "sweep/shards.h"
 #include "sweep/tables.h"
 #include "twins/spec.h"
@@ -36,9 +37,7 @@ struct MemoryEstimate {
 };
 MemoryEstimate estimate_memory(const twins::PairSpec& spec);
 
-// Bytes of memory a loaded corpus takes per byte of its file: the text,
-// its code points and their tensor (measured: 50 MB of text, 1.57 GB).
-constexpr double kCorpusBytesPerByte = 32;
+using data::kCorpusBytesPerByte;  // data/charlm.h
 
 // The memory this process may use, in bytes: the machine's physical memory,
 // or less where a cgroup caps it (a SLURM job's --mem, a container's

@@ -158,8 +158,10 @@ TEST(Corpus, ErrorsNameTheFileAndTheProblem) {
 }
 
 // `--data <(zcat corpus.gz)`: a pipe gives its text once; every later load
-// of the same path in the process is that text (it read as empty before).
-TEST(Corpus, APipeIsReadOnceAndKept) {
+// of the same pipe in the process is that text (it read as empty before).
+// A FIFO nobody writes to, or whose writer stops writing without closing
+// it, is an error after the wait (it blocked forever before).
+TEST(Corpus, APipeIsReadOnceAndKeptAndNeverWaitedForForever) {
   const fs::path dir = fs::temp_directory_path() / "twins-corpus-pipe";
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -169,29 +171,46 @@ TEST(Corpus, APipeIsReadOnceAndKept) {
   std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << text; });
   const auto first = data::Corpus::load(fifo.string());
   writer.join();
-  // No writer now: a second read of the pipe would block, so a watchdog
-  // gives it an end after 20 s (and the test fails instead of hanging).
-  std::atomic<bool> done{false};
-  std::thread watchdog([&] {
-    for (int i = 0; i < 2000 && !done; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!done) {
-      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
-      if (fd >= 0)
-        ::close(fd);
-    }
-  });
-  data::Corpus second;
-  try {
-    second = data::Corpus::load(fifo.string());
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << e.what();
-  }
-  done = true;
-  watchdog.join();
+  // No writer now: the pipe is not read again (a read would wait).
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto second = data::Corpus::load(fifo.string(), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
   EXPECT_EQ(first.codepoints.size(), text.size());
   EXPECT_EQ(second.codepoints, first.codepoints);
   EXPECT_EQ(second.sha256, first.sha256);
+
+  auto load_error = [](const fs::path& p) {
+    try {
+      data::Corpus::load(p.string(), 1);
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("loaded");
+  };
+  // Never opened for writing: refused after the wait, naming it.
+  const fs::path silent = dir / "silent";
+  ASSERT_EQ(::mkfifo(silent.c_str(), 0600), 0);
+  std::string msg = load_error(silent);
+  EXPECT_NE(msg.find("'" + silent.string() + "': it is a pipe that gave "
+                     "nothing in 1 s"),
+            std::string::npos) << msg;
+  // A writer that writes, then holds the pipe open and writes no more.
+  const fs::path stalled = dir / "stalled";
+  ASSERT_EQ(::mkfifo(stalled.c_str(), 0600), 0);
+  std::atomic<bool> done{false};
+  std::thread holder([&] {
+    const int fd = ::open(stalled.c_str(), O_WRONLY);
+    if (fd < 0)
+      return;
+    (void)!::write(fd, "abc", 3);
+    while (!done)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ::close(fd);
+  });
+  msg = load_error(stalled);
+  done = true;
+  holder.join();
+  EXPECT_NE(msg.find("gave nothing more in 1 s"), std::string::npos) << msg;
   fs::remove_all(dir);
 }
 
