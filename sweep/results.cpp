@@ -23,6 +23,25 @@ namespace sweep {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+JsonlSink::JsonlSink(std::string path) : path_(std::move(path)) {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    existed_ = true;
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+  }
+}
+
+void JsonlSink::check_same_file() const {
+  struct stat st {};
+  const bool same = ::stat(path_.c_str(), &st) == 0 && st.st_dev == dev_ &&
+                    st.st_ino == ino_;
+  TORCH_CHECK(same, "results file '", path_,
+              "' was removed or replaced while this run went on (by a "
+              "Python rule?): its records are not written to a new file, "
+              "which would hold this run's alone; rerun the command");
+}
+
 JsonlSink::~JsonlSink() {
   if (fd_ >= 0)
     ::close(fd_);
@@ -30,12 +49,24 @@ JsonlSink::~JsonlSink() {
 
 void JsonlSink::append(const json& record) {
   if (fd_ < 0) {
-    twins::make_directories(fs::path(path_).parent_path().string());
-    fd_ =
-        ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (existed_) {
+      check_same_file();
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    } else {
+      twins::make_directories(fs::path(path_).parent_path().string());
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+                   0644);
+    }
     TORCH_CHECK(fd_ >= 0, "Cannot open results file '", path_,
                 "': ", std::strerror(errno));
+    struct stat st {};
+    if (!existed_ && ::fstat(fd_, &st) == 0) {
+      existed_ = true;
+      dev_ = st.st_dev;
+      ino_ = st.st_ino;
+    }
   }
+  check_same_file();
   const std::string line = record.dump() + "\n";
   // Whole lines or nothing: the line and its newline in one write(2), and
   // on a short write (a full disk) the file cut back to where it was, so

@@ -4,6 +4,8 @@
 // guarded by a FileLock so that two processes never run into one file.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -17,8 +19,11 @@ namespace sweep {
 class JsonlSink {
  public:
   // Nothing is created until the first append: a run that fails before its
-  // first pair ends leaves no file behind.
-  explicit JsonlSink(std::string path) : path_(std::move(path)) {}
+  // first pair ends leaves no file behind. A file already at `path` (the
+  // run's lock creates it) is the one appended to: were it removed or
+  // replaced while the run goes on (by a Python rule), append refuses to
+  // write into a new file, which would hold this run's records alone.
+  explicit JsonlSink(std::string path);
   ~JsonlSink();
   JsonlSink(const JsonlSink&) = delete;
   JsonlSink& operator=(const JsonlSink&) = delete;
@@ -31,8 +36,13 @@ class JsonlSink {
   const std::string& path() const { return path_; }
 
  private:
+  // Throws when `path_` is no longer the file this sink writes.
+  void check_same_file() const;
   std::string path_;
   int fd_ = -1;
+  bool existed_ = false;  // a file was at path_ when constructed: dev_, ino_
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
 };
 
 // One record of a results file.
