@@ -11,9 +11,13 @@ Compiled into the bridge as the module _twins_identity.
 import functools
 import importlib
 import inspect
+import os
 import sys
+import types
 
 import torch
+
+from _twins_isolation import Guarded
 
 
 @functools.lru_cache(maxsize=None)
@@ -43,7 +47,8 @@ def module_identity(module, target):
     import importlib
     import importlib.metadata as metadata
     try:
-        mod = importlib.import_module(module)
+        with Guarded():  # its import is the rule's code (bridge/isolation.py)
+            mod = importlib.import_module(module)
     except Exception as e:
         raise ImportError(f"module '{module}' does not import: "
                           f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
@@ -62,8 +67,116 @@ def module_identity(module, target):
         path = inspect.getsourcefile(fn) or mod.__file__
     except TypeError:
         path = mod.__file__
+    defining = sys.modules.get(getattr(fn, "__module__", None) or "", mod)
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+        return hash_with_helpers(f.read(), vars(defining), path)[0]
+
+
+def hash_with_helpers(source, namespace, path):
+    """(hash, helpers): the first 16 hex digits of the SHA-256 of a rule's
+    file `source` (bytes) — followed, where it has helpers (below), by each
+    helper's relative path and bytes — and the helpers' paths. Without
+    helpers the hash is the file's alone, as sha256sum gives it."""
+    import hashlib
+    helpers = helper_files(namespace, path, bytes(source))
+    data = bytes(source)
+    for rel, content in helpers:
+        data += b"\0" + os.fsencode(rel) + b"\0" + content
+    return hashlib.sha256(data).hexdigest()[:16], [rel for rel, _ in helpers]
+
+
+def _imported_modules(source, package):
+    """The modules that the import statements of `source` name (with the
+    submodules `from X import Y` may mean), as loaded in sys.modules."""
+    import ast
+    import importlib.util
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                try:
+                    base = importlib.util.resolve_name(
+                        "." * node.level + base, package or "")
+                except (ImportError, ValueError):
+                    continue
+            names.append(base)
+            names += [f"{base}.{a.name}" for a in node.names]
+    return [sys.modules[n] for n in names if n in sys.modules]
+
+
+def helper_files(namespace, rule_path, source=None):
+    """The modules a rule's file uses that lie in its directory or below
+    (its own helpers, which its directory on sys.path lets it import) —
+    named by its import statements (`source`), or held in its namespace —
+    and those they use, transitively, as sorted (path relative to the
+    directory, bytes): part of the rule's identity, since they decide its
+    numbers as its own lines do. Installed packages (site-packages,
+    dist-packages) are their distributions' business."""
+    rule_path = os.path.abspath(rule_path)
+    root = os.path.dirname(rule_path)
+    seen, files = set(), {}
+    stack = [(namespace, source, namespace.get("__package__"))]
+    while stack:
+        ns, text, package = stack.pop()
+        candidates = _imported_modules(text, package) if text else []
+        for value in list(ns.values()):
+            if isinstance(value, types.ModuleType):
+                candidates.append(value)
+            elif isinstance(value, (type, types.FunctionType)):
+                mod = sys.modules.get(getattr(value, "__module__", None) or "")
+                if mod is not None:
+                    candidates.append(mod)
+        for mod in candidates:
+            if id(mod) in seen:
+                continue
+            seen.add(id(mod))
+            path = getattr(mod, "__file__", None)
+            if not isinstance(path, str) or not path.endswith(".py"):
+                continue
+            path = os.path.abspath(path)
+            parts = path.split(os.sep)
+            if (path == rule_path or not path.startswith(root + os.sep)
+                    or "site-packages" in parts or "dist-packages" in parts):
+                continue
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, root)] = f.read()
+            stack.append((vars(mod), files[os.path.relpath(path, root)],
+                          getattr(mod, "__package__", None)))
+    return sorted(files.items())
+
+
+def fresh_rule(module, target):
+    """The rule `target` of a module no distribution provides (its identity
+    the hash of its file), with the module that defines it executed afresh:
+    like a py:FILE rule, each optimizer gets its own module-level state (a
+    call counter at module level made the records depend on --jobs and
+    --threads, and the identity twin drift). The module's imports are
+    shared as Python shares them; a rule defined inside another object is
+    returned as imported."""
+    import importlib.util
+    with Guarded():
+        fn = getattr(importlib.import_module(module), target)
+        defining = sys.modules.get(getattr(fn, "__module__", None) or "")
+        spec = getattr(defining, "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        name = getattr(fn, "__name__", None)
+        if (origin is None or not origin.endswith(".py") or name is None
+                or getattr(fn, "__qualname__", name) != name
+                or getattr(defining, name, None) is not fn):
+            return fn
+        fresh_spec = importlib.util.spec_from_file_location(
+            spec.name, origin,
+            submodule_search_locations=spec.submodule_search_locations)
+        fresh = importlib.util.module_from_spec(fresh_spec)
+        fresh_spec.loader.exec_module(fresh)
+        return getattr(fresh, name)
 
 
 def signature_defaults(fn):

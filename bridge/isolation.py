@@ -22,6 +22,8 @@ import os
 import random
 import sys
 import threading
+import time
+import weakref
 
 import torch
 
@@ -80,16 +82,162 @@ def _cuda_in_use():
     return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
+# ---------------------------------------------------------------------------
+# What a rule may not do to the process: end it (os._exit), move its working
+# directory (os.chdir), or leave threads running after its call returns.
+# The guards replace os's and posix's functions once, when this module
+# loads (before any rule is imported), so that a reference a rule takes at
+# import (`from os import _exit`) is the guard too; they refuse only inside
+# a rule's call or import, on its own thread or a thread it started, in
+# this process (a child it forks may end itself).
+
 try:
     import posix as _posix
 except ImportError:  # not a POSIX system
     _posix = None
 
+_state = threading.local()          # .depth, .pid: inside a rule here
+_rule_threads = weakref.WeakSet()   # threads a rule started
+_reported = weakref.WeakSet()       # of those, the ones refused already
+abandoned_threads = False           # the embedding process must not wait
+                                    # for them at exit (bridge/python.cpp)
 
-def _refuse_exit(status):
+# How long a thread a rule started may take to end after the call returns.
+THREAD_GRACE_S = 1.0
+
+
+class StopRequested(BaseException):
+    """Raised inside a rule's call by the bridge's watchdog
+    (bridge/rule_call.cpp) when a stop signal came and the call had not
+    returned after the grace: a BaseException, so that a rule's `except
+    Exception` does not take it."""
+
+
+def _inside_rule():
+    if getattr(_state, "depth", 0) > 0:
+        return _state.pid == os.getpid()
+    return threading.current_thread() in _rule_threads
+
+
+class _Guard:
+    """os.NAME (and posix.NAME, one builtin under two names) refused inside
+    a rule with `why`, the original called everywhere else."""
+
+    def __init__(self, name, why):
+        self.original = getattr(os, name)
+        self.name = name
+        self.why = why
+
+    def __call__(self, *args, **kwargs):
+        if _inside_rule():
+            shown = ", ".join(repr(a) for a in args)
+            raise RuntimeError(f"the rule called os.{self.name}({shown}), "
+                               + self.why)
+        return self.original(*args, **kwargs)
+
+    def install(self):
+        guard = self
+
+        def guarded_function(*args, **kwargs):
+            return guard(*args, **kwargs)
+
+        guarded_function.__name__ = self.name
+        guarded_function.__doc__ = self.original.__doc__
+        guarded_function.twins_original = self.original
+        for module in (os, _posix):
+            if module is not None and getattr(module, self.name, None) is self.original:
+                setattr(module, self.name, guarded_function)
+
+
+def _install_guards():
+    if getattr(os._exit, "twins_original", None) is not None:
+        return  # installed (this module loaded again in the process)
+    _Guard("_exit", "which would end the process without its "
+           "records").install()
+    cwd = ("a rule may not change the process's working directory "
+           "(twin-run's results, checkpoints and saved models are named "
+           "relative to it)")
+    _Guard("chdir", cwd).install()
+    if hasattr(os, "fchdir"):
+        _Guard("fchdir", cwd).install()
+    start = threading.Thread.start
+
+    def start_marked(thread):
+        if _inside_rule() and getattr(_state, "isolated", 0) > 0 or \
+                threading.current_thread() in _rule_threads:
+            _rule_threads.add(thread)
+        return start(thread)
+
+    start_marked.twins_original = start
+    threading.Thread.start = start_marked
+
+
+_install_guards()
+
+
+class Guarded:
+    """A rule's import or call: os._exit and os.chdir refused on this
+    thread. Nests."""
+
+    def __enter__(self):
+        if getattr(_state, "depth", 0) == 0:
+            _state.pid = os.getpid()
+        _state.depth = getattr(_state, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc):
+        _state.depth -= 1
+        return False
+
+
+def call_guarded(fn, *args):
+    """fn(*args) as a rule's code: executing a rule's file, importing its
+    module."""
+    with Guarded():
+        return fn(*args)
+
+
+def _threads_left_running():
+    """The threads a rule started that are still running THREAD_GRACE_S
+    after its call returned (each reported once)."""
+    global abandoned_threads
+    deadline = time.monotonic() + THREAD_GRACE_S
+    left = []
+    for thread in list(_rule_threads):
+        if thread in _reported or thread is threading.current_thread():
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            left.append(thread)
+            _reported.add(thread)
+    # Ended where they run Python (SystemExit at their next instruction,
+    # which threading ends them with quietly): a thread left writing the
+    # parameters while the process exits crashed it. One in native code
+    # runs on, and the embedding process does not wait for it.
+    for thread in left:
+        _raise_in(thread, SystemExit)
+    deadline = time.monotonic() + THREAD_GRACE_S
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in left):
+        abandoned_threads = True
+    return left
+
+
+def _raise_in(thread, exception):
+    import ctypes
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(thread.ident), ctypes.py_object(exception))
+
+
+def _refuse_threads(left):
+    names = ", ".join(repr(t.name) for t in left)
     raise RuntimeError(
-        f"the rule called os._exit({status}), which would end the process "
-        "without its records")
+        f"the rule left {len(left)} thread(s) running after its call "
+        f"returned ({names}): a thread that goes on with the parameters "
+        "makes the numbers a race's; a rule's threads must end before it "
+        "returns")
 
 
 class _RulePrecision:
@@ -122,13 +270,11 @@ class _RulePrecision:
 
 class Isolated:
     """The global torch state outside a rule, put back when the rule
-    returns; the process's working directory too (a rule's os.chdir would
-    move the relative paths of the results, checkpoints and saved models);
-    the rule's own stream in the generators while it runs; and os._exit
-    (os's and posix's, one function under two names) refused while it runs
-    (it would end twin-run, or the notebook, at once: no record, no error,
-    exit status 0). A reference to _exit the rule took before it was
-    built is not reached."""
+    returns; the rule's own stream in the generators while it runs; and
+    the process's guards (above) active: os._exit, os.chdir refused, and
+    a thread the rule leaves running after it returns refused. The working
+    directory is put back too, should a rule's native code have changed
+    it."""
 
     def __init__(self, stream):
         self.stream = stream
@@ -136,10 +282,8 @@ class Isolated:
     def __enter__(self):
         _lock.acquire()
         self.cwd = os.getcwd()
-        self.exit = os._exit
-        os._exit = _refuse_exit
-        if _posix is not None:
-            _posix._exit = _refuse_exit
+        self.guarded = Guarded().__enter__()
+        _state.isolated = getattr(_state, "isolated", 0) + 1
         self.compile = _compile_config()
         if self.compile is not None:
             self.compiling = self.compile.disable
@@ -186,15 +330,19 @@ class Isolated:
                 self.compile.disable = self.compiling
             _RulePrecision.exit(self.precision)
         finally:
-            os._exit = self.exit
-            if _posix is not None:
-                _posix._exit = self.exit
+            _state.isolated -= 1
+            self.guarded.__exit__()
             try:
                 if os.getcwd() != self.cwd:
                     os.chdir(self.cwd)
             except OSError:  # the rule removed the directory it left
                 os.chdir(self.cwd)
-            _lock.release()
+            try:
+                left = _threads_left_running() if _state.isolated == 0 else []
+            finally:
+                _lock.release()
+        if left and exc[0] is None:
+            _refuse_threads(left)
         return False
 
 

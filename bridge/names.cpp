@@ -2,6 +2,7 @@
 // canonical name), and the registry's resolvers that turn a canonical name
 // into an entry on its first lookup (bridge.h).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cctype>
 #include <cmath>
@@ -221,6 +222,41 @@ std::string torch_name(const Parsed& p) {
   return kTorchPrefix + p.target + args_text(p.args);
 }
 
+// The hash a py:FILE rule's name carries: of its file's bytes, and where
+// the file imports modules of its own directory, of theirs too
+// (bridge/identity.py hash_with_helpers), so that an edited helper is
+// another rule; `helpers` gets their paths. The file is executed to find
+// them. GIL held.
+std::string rule_file_hash(const std::string& path, const std::string& source,
+                           const std::string& name,
+                           std::vector<std::string>* helpers) {
+  Rule rule;
+  rule.kind = Rule::Kind::kFile;
+  rule.path = path;
+  rule.source = source;
+  try {
+    const py::tuple out = identity_module().attr("hash_with_helpers")(
+        py::bytes(source), rule.load_module().attr("__dict__"), path);
+    for (const auto& h : out[1])
+      helpers->push_back(h.cast<std::string>());
+    return out[0].cast<std::string>();
+  } catch (const py::error_already_set& e) {
+    TORCH_CHECK(false, name, ": '", path, "' failed to load: ",
+                python_error(e));
+  }
+}
+
+// "'FILE'" or "'FILE' or the modules beside it that it imports (A.py,
+// B.py)": what changed when the hash did.
+std::string changed_what(const std::string& path,
+                         const std::vector<std::string>& helpers) {
+  std::string out = "'" + path + "'";
+  if (!helpers.empty())
+    out += fmt::format(" or the modules beside it that it imports ({})",
+                       fmt::join(helpers, ", "));
+  return out;
+}
+
 std::string file_name(const Parsed& p, const std::string& hash) {
   return fmt::format("{}{}#{}:{}{}", kFilePrefix, p.path, hash, p.target,
                      args_text(p.args));
@@ -339,9 +375,11 @@ optim::OptimizerInfo resolve_file(const std::string& name) {
   rule->source = twins::read_file(rule->path, "Python rule");
   ensure_interpreter();
   py::gil_scoped_acquire gil;
-  const std::string hash = content_hash(rule->source);
-  TORCH_CHECK(p.hash == hash, name, ": '", rule->path,
-              "' has changed since this name was recorded (its hash is now ",
+  std::vector<std::string> helpers;
+  const std::string hash =
+      rule_file_hash(rule->path, rule->source, name, &helpers);
+  TORCH_CHECK(p.hash == hash, name, ": ", changed_what(rule->path, helpers),
+              " changed since this name was recorded (its hash is now ",
               hash, ")");
   p.path = rule->path;
   rule->name = fail_unless_canonical(name, file_name(p, hash));
@@ -416,6 +454,7 @@ optim::OptimizerInfo resolve_module(const std::string& name, Parsed p) {
   const std::string identity = module_identity(p, name);
   check_identity(p, identity, name);
   rule->name = fail_unless_canonical(name, module_name(p, identity));
+  rule->fresh = identity.find("==") == std::string::npos;  // a file's hash
   try {
     py::object fn = rule->callable();
     py::object base = py::module_::import("torch.optim").attr("Optimizer");
@@ -541,12 +580,14 @@ std::string resolve_rule(const std::string& name,
     const std::string source = twins::read_file(p.path, "Python rule");
     ensure_interpreter();
     std::string hash;
+    std::vector<std::string> helpers;
     {
       py::gil_scoped_acquire gil;
-      hash = content_hash(source);
+      hash = rule_file_hash(p.path, source, name, &helpers);
     }
-    TORCH_CHECK(p.hash.empty() || p.hash == hash, name, ": '", p.path,
-                "' has changed since this name was recorded (its hash is now ",
+    TORCH_CHECK(p.hash.empty() || p.hash == hash, name, ": ",
+                changed_what(p.path, helpers),
+                " changed since this name was recorded (its hash is now ",
                 hash, ")");
     canonical = file_name(p, hash);
   }

@@ -30,15 +30,34 @@ namespace {
 // once, its main thread state parked while C++ runs, finalised at exit.
 // Inside `import twins` the Python process owns the interpreter and this
 // stays empty.
+// Whether a rule's thread was refused for running on (bridge/isolation.py):
+// the process must not wait for it. GIL held.
+bool abandoned_threads() {
+  py::object modules = py::module_::import("sys").attr("modules");
+  return modules.contains("_twins_isolation") &&
+         modules["_twins_isolation"].attr("abandoned_threads").cast<bool>();
+}
+
 struct Embedded {
   PyThreadState* parked = nullptr;
   ~Embedded() {
     if (!parked)
       return;
     PyEval_RestoreThread(parked);
+    // A rule's thread that never ended (the run was refused for it):
+    // finalising would wait for it forever, so the process ends without.
+    if (abandoned_threads())
+      return;
     py::finalize_interpreter();
   }
 };
+
+Embedded& embedded() {
+  static Embedded e;
+  return e;
+}
+
+PyThreadState* embedded_parked() { return embedded().parked; }
 
 std::mutex start_mutex;
 
@@ -105,7 +124,7 @@ void start_interpreter(const std::string& python) {
 
 void ensure_interpreter() {
   std::lock_guard<std::mutex> lock(start_mutex);
-  static Embedded embedded;
+  Embedded& embedded = bridge::embedded();
   if (embedded.parked || Py_IsInitialized())
     return;
   const std::string python = interpreter_path();
@@ -164,6 +183,13 @@ py::object adapter_module() { return python_side("_twins_adapter"); }
 
 py::object identity_module() { return python_side("_twins_identity"); }
 
+py::object isolation_module() { return python_side("_twins_isolation"); }
+
+bool embedded_interpreter() {
+  std::lock_guard<std::mutex> lock(start_mutex);
+  return embedded_parked() != nullptr;
+}
+
 nlohmann::json call_python(const EmbeddedModule& module,
                            const std::string& function,
                            const nlohmann::json& args) {
@@ -211,7 +237,12 @@ py::object Rule::callable() const {
     case Kind::kFile:
       return load_module().attr(target.c_str());
     case Kind::kModule:
-      return py::module_::import(path.c_str()).attr(target.c_str());
+      if (fresh)
+        return identity_module().attr("fresh_rule")(path, target);
+      return isolation_module()
+          .attr("call_guarded")(py::module_::import("importlib").attr("import_module"),
+                                path)
+          .attr(target.c_str());
     case Kind::kCallable:
       return py::module_::import("_twins_rules").attr("rules")[name.c_str()];
   }
@@ -236,7 +267,10 @@ py::object Rule::load_module() const {
   py::module_ builtins = py::module_::import("builtins");
   try {
     py::object code = builtins.attr("compile")(py::bytes(source), path, "exec");
-    builtins.attr("exec")(code, module.attr("__dict__"));
+    // Its import is the rule's code: os._exit and os.chdir refused
+    // (bridge/isolation.py).
+    isolation_module().attr("call_guarded")(builtins.attr("exec"), code,
+                                            module.attr("__dict__"));
   } catch (...) {
     sys_path.attr("remove")(dir);
     throw;

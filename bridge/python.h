@@ -41,6 +41,13 @@ py::object embedded_module(const char* module_name, const char* source,
 // identity and a library class's prediction, as _twins_identity. GIL held.
 py::object adapter_module();
 py::object identity_module();
+// bridge/isolation.py as _twins_isolation: what a rule may not do to the
+// process (Guarded, call_guarded, StopRequested). GIL held.
+py::object isolation_module();
+
+// Whether this process started the interpreter (twin-run, the tests), not
+// a Python process that imported twins. Any thread.
+bool embedded_interpreter();
 
 // "TypeError: message" (the message's first line) of the Python exception
 // `error`, with the GIL held.
@@ -62,9 +69,14 @@ struct Rule {
                           // kModule: the module's dotted name
   std::string source;     // kFile: its content when resolved: what runs
   std::string args_json;  // canonical JSON object of the keyword arguments
+  // kModule of no distribution (named by its file's hash): the module that
+  // defines the target is executed afresh for each optimizer, as a kFile
+  // rule's file is.
+  bool fresh = false;
 
-  // The class or factory (a kFile rule's file is executed afresh, so that
-  // the two copies of a pair never share module-level state). GIL held.
+  // The class or factory (a kFile rule's file, and a `fresh` kModule
+  // rule's defining module, executed afresh, so that the two copies of a
+  // pair never share module-level state). GIL held.
   py::object callable() const;
   // kFile: `source` executed as a fresh module named after its hash. GIL
   // held.

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "bridge/python.h"
+#include "bridge/rule_call.h"
 #include "model/generator.h"
 #include "twins/stop.h"
 
@@ -174,6 +175,7 @@ PythonOptimizer::PythonOptimizer(std::shared_ptr<const Rule> rule,
     std::lock_guard<std::recursive_mutex> generator(
         model::default_generator_mutex());
     py::gil_scoped_acquire gil;
+    RuleCall call(rule_->name, "its constructor", 0);
     try {
       auto state = std::make_unique<State>();
       py::object fn = rule_->callable();
@@ -183,6 +185,10 @@ PythonOptimizer::PythonOptimizer(std::shared_ptr<const Rule> rule,
       state->modes = !state->adapter.attr("modes").is_none();
       state_ = std::move(state);
     } catch (const py::error_already_set& e) {
+      if (call.interrupted()) {
+        twins::restore_stop_handlers();
+        call.throw_stopped();
+      }
       error = fmt::format("{}: rejected its arguments or parameters: {}",
                           rule_->name, python_error(e));
     }
@@ -211,13 +217,23 @@ torch::Tensor PythonOptimizer::step(LossClosure closure) {
     std::lock_guard<std::recursive_mutex> generator(
         model::default_generator_mutex());
     py::gil_scoped_acquire gil;
-    try {
-      state_->adapter.attr("step")(python_closure(closure, alive, rule_->name));
-    } catch (const py::error_already_set& e) {
-      error = fmt::format("{}: step() raised at step {}: {}", rule_->name,
-                          steps_, python_error(e));
+    bool stopped = false;
+    {
+      RuleCall call(rule_->name, "step()", steps_);
+      try {
+        state_->adapter.attr("step")(
+            python_closure(closure, alive, rule_->name));
+      } catch (const py::error_already_set& e) {
+        stopped = call.interrupted();
+        error = fmt::format("{}: step() raised at step {}: {}", rule_->name,
+                            steps_, python_error(e));
+      }
+      *alive = false;
+      if (stopped) {
+        twins::restore_stop_handlers();
+        call.throw_stopped();
+      }
     }
-    *alive = false;
     // A handler the rule put in place of the stop signals' is undone, so
     // that SIGTERM still checkpoints (signal.signal(SIGTERM, SIG_IGN)).
     twins::restore_stop_handlers();
@@ -260,9 +276,14 @@ void PythonOptimizer::call_rule(const char* method, const char* what) {
     std::lock_guard<std::recursive_mutex> generator(
         model::default_generator_mutex());
     py::gil_scoped_acquire gil;
+    RuleCall call(rule_->name, what, steps_);
     try {
       state_->adapter.attr(method)();
     } catch (const py::error_already_set& e) {
+      if (call.interrupted()) {
+        twins::restore_stop_handlers();
+        call.throw_stopped();
+      }
       error = fmt::format("{}: {} raised after step {}: {}", rule_->name,
                           what, steps_, python_error(e));
     }

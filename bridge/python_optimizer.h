@@ -95,7 +95,9 @@ class PythonOptimizer : public torch::optim::Optimizer,
   // and gradients of the step's batch when the rule has moved the
   // parameters, twins/pair.cpp), run in C++ without the GIL; it may be
   // called only during this step. A Python exception becomes a one-line
-  // error naming the rule, the step (counted from 1) and the exception.
+  // error naming the rule, the step (counted from 1) and the exception; a
+  // step still running after a stop signal's grace is interrupted and
+  // throws twins::Stopped (bridge/rule_call.h).
   torch::Tensor step(LossClosure closure = nullptr) override;
 
   // Schedule-free rules: eval() and train() (optim::EvaluationWeights).

@@ -6,11 +6,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include "twin_run_path.h"
 
@@ -66,6 +71,28 @@ inline Outcome twin_run(const std::string& args, const fs::path& dir,
   o.out = slurp(out);
   o.err = slurp(err);
   return o;
+}
+
+// Starts twin-run in the background in `dir` (stdout to out.txt, stderr to
+// err.txt; `env`, an optional "VAR=value " prefix), sends `signal` once
+// `ready()` holds (polled every 10 ms, for at most a minute), and returns
+// the exit status (-1 when a signal ended it).
+inline int signalled_run(const fs::path& dir, const std::string& args,
+                         int signal, const std::function<bool()>& ready,
+                         const std::string& env = "") {
+  const std::string cmd = "cd '" + dir.string() + "' && " + env + "exec '" +
+                          TWIN_RUN_PATH + "' " + args + " >out.txt 2>err.txt";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  for (int i = 0; i < 6000 && !ready(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ::kill(pid, signal);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace testing_helpers

@@ -83,11 +83,13 @@ TEST(BridgeWithoutPython, TheCensusIsAOneLineError) {
 #include "binary_helpers.h"
 #include "bridge_helpers.h"
 #include "bridge/python_optimizer.h"
+#include "data/sha256.h"
 #include "optim/registry.h"
 #include "report/verdict.h"
 #include "sweep/engine.h"
 #include "sweep/plan.h"
 #include "twins/defaults.h"
+#include "twins/io.h"
 #include "twins/checkpoint.h"
 #include "twins/pair.h"
 #include "twins/record.h"
@@ -262,10 +264,47 @@ TEST(BridgeNames, EditingAFileRuleChangesItsNameAndKey) {
   EXPECT_NE(edited.pair_id(), spec.pair_id());
   // The old name now names a file that is not there any more.
   EXPECT_TRUE(
-      contains(error_of([&] { bridge::resolve_rule(before); }), "has changed"));
+      contains(error_of([&] { bridge::resolve_rule(before); }),
+               "' changed since this name was recorded"));
   // Other arguments, another rule.
   EXPECT_NE(bridge::resolve_rule("py:" + path + ":ScalarAdam{\"eps\": 1e-6}"),
             after);
+}
+
+// A module of its own directory that a file rule imports is part of its
+// name: an edited helper gave the same key with other numbers (val_loss
+// 2.62, then 3.73), and a resume mixed the two codes in one file. A rule
+// without helpers keeps the name its file alone gives.
+TEST(BridgeNames, AFileRulesOwnHelperModulesArePartOfItsName) {
+  const fs::path dir = testing_helpers::fresh_dir("bridge-helpers");
+  fs::create_directories(dir / "pkg");
+  testing_helpers::spit(dir / "pkg" / "helper_mod_twins.py", "FACTOR = 0.5\n");
+  testing_helpers::spit(dir / "pkg" / "userule.py", R"(
+import torch
+import helper_mod_twins
+class H(torch.optim.SGD):
+    def __init__(self, params, lr=0.1):
+        super().__init__(params, lr=lr * helper_mod_twins.FACTOR)
+)");
+  const std::string rule = "py:" + (dir / "pkg" / "userule.py").string() + ":H";
+  const std::string before = bridge::resolve_rule(rule);
+  testing_helpers::spit(dir / "pkg" / "helper_mod_twins.py", "FACTOR = 2.0\n");
+  // (This process keeps the module it imported; the hash is of the files.)
+  const std::string after = bridge::resolve_rule(rule);
+  EXPECT_NE(after, before);
+  const std::string msg = error_of([&] { bridge::resolve_rule(before); });
+  EXPECT_TRUE(contains(msg, "or the modules beside it that it imports "
+                            "(helper_mod_twins.py) changed since this name "
+                            "was recorded"))
+      << msg;
+  // Without helpers the hash is the file's alone (sha256sum's first 16).
+  const std::string alone = write_rule(
+      "alone.py", "import torch\nclass A(torch.optim.SGD):\n    pass\n");
+  const std::string hash =
+      data::sha256_hex(twins::read_file(alone, "rule")).substr(0, 16);
+  EXPECT_TRUE(contains(bridge::resolve_rule("py:" + alone + ":A"), "#" + hash))
+      << hash;
+  fs::remove_all(dir);
 }
 
 // ---------------------------------------------------------------------------
@@ -1007,45 +1046,231 @@ class Counter(torch.optim.SGD):
   fs::remove_all(dir);
 }
 
-// A rule that changes the working directory changes it for itself only:
-// the relative --out, its checkpoints and --save-models stay where the
-// command named them. One that calls posix._exit (os._exit's other name)
-// is refused as os._exit is, not ended with status 0 and no records.
-TEST(BridgeCli, ARulesChdirAndExitStayInsideIt) {
+// What a rule may not do to the process: os._exit — under either name,
+// and as a reference taken at import — would end twin-run with status 0
+// and no records; os.chdir would move the relative --out, its checkpoints
+// and --save-models while the other copy writes them; a thread it leaves
+// running after step() would go on writing the parameters (rc 1, 134 or
+// 139 from run to run); a results file it removes was re-created with the
+// run's records alone. Each is refused in one line, a non-zero exit and
+// no results file, and twin-run does not wait for the thread at exit.
+TEST(BridgeCli, WhatARuleMayNotDoToTheProcessIsRefused) {
   using namespace testing_helpers;
-  const fs::path dir = fresh_dir("bridge-chdir");
+  const fs::path dir = fresh_dir("bridge-process");
   fs::create_directories(dir / "elsewhere");
-  const std::string path = write_rule("wander.py", R"(
+  const std::string path = write_rule("process.py", R"(
 import os
 import posix
+import threading
+import time
 import torch
+from os import _exit as saved_exit
+posix_exit = posix._exit
 class Wander(torch.optim.SGD):
     def __init__(self, params, lr=0.1):
         super().__init__(params, lr=lr)
         os.chdir("elsewhere")
+class SavedExit(torch.optim.SGD):
     def step(self, closure=None):
-        os.chdir("/")
+        saved_exit(0)
+class PosixExit(torch.optim.SGD):
+    def step(self, closure=None):
+        posix_exit(0)
+class Writer(torch.optim.SGD):
+    def step(self, closure=None):
+        params = [p for g in self.param_groups for p in g["params"]]
+        def write():
+            while True:
+                for p in params:
+                    p.data.mul_(1.0)
+                time.sleep(0.001)
+        threading.Thread(target=write, name="writer").start()
         return super().step(closure)
-class Leave(torch.optim.SGD):
-    def __init__(self, params, lr=0.1):
-        super().__init__(params, lr=lr)
+class Remover(torch.optim.SGD):
     def step(self, closure=None):
-        posix._exit(0)
+        if os.path.exists("rel/r.jsonl"):
+            os.remove("rel/r.jsonl")
+        return super().step(closure)
+class Pool(torch.optim.SGD):
+    def step(self, closure=None):
+        # Threads that end before the step returns are the rule's own
+        # business.
+        t = threading.Thread(target=lambda: time.sleep(0.01))
+        t.start()
+        t.join()
+        return super().step(closure)
 )");
+  const std::string at_import =
+      write_rule("exits.py", "import os\nos._exit(3)\nclass R: pass\n");
   const std::string tiny =
-      " --steps 3 --task mod11 --depth 1 --d-model 8 --heads 2 --quiet";
-  const Outcome o = twin_run("--opt py:" + path + ":Wander" + tiny +
-                                 " --out rel/r.jsonl --save-models relmodels",
-                             dir);
-  ASSERT_EQ(o.code, 0) << o.err;
-  EXPECT_EQ(count_lines(slurp(dir / "rel" / "r.jsonl")), 1);
-  EXPECT_TRUE(fs::is_directory(dir / "relmodels"));
-  EXPECT_TRUE(fs::is_empty(dir / "elsewhere"));
-  const Outcome leave =
-      twin_run("--opt py:" + path + ":Leave" + tiny + " --out l.jsonl", dir);
-  EXPECT_NE(leave.code, 0);
-  EXPECT_TRUE(contains(leave.err, "the rule called os._exit(0)")) << leave.err;
-  EXPECT_FALSE(fs::exists(dir / "l.jsonl"));
+      " --steps 3 --task mod11 --depth 1 --d-model 8 --heads 2 --lr 0.1 "
+      "--quiet";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {path + ":Wander",
+       "RuntimeError: the rule called os.chdir('elsewhere'), a rule may not "
+       "change the process's working directory"},
+      {path + ":SavedExit",
+       "step() raised at step 1: RuntimeError: the rule called os._exit(0), "
+       "which would end the process without its records"},
+      {path + ":PosixExit", "the rule called os._exit(0)"},
+      {at_import + ":R", "the rule called os._exit(3)"},
+      {path + ":Writer",
+       "step() raised at step 1: RuntimeError: the rule left 1 thread(s) "
+       "running after its call returned ('writer')"},
+      // Removing the results file is no call to refuse, but the records
+      // are not written to a new file of this run's alone.
+      {path + ":Remover",
+       "results file 'rel/r.jsonl' was removed or replaced while this run "
+       "went on"}};
+  for (const auto& [rule, message] : cases) {
+    const Outcome o = twin_run("--opt py:" + rule + tiny +
+                                   " --out rel/r.jsonl --save-models relmodels",
+                               dir);
+    EXPECT_EQ(o.code, 1) << rule << ": " << o.err;
+    EXPECT_TRUE(contains(o.err, message)) << rule << ": " << o.err;
+    EXPECT_EQ(count_lines(o.err), 1) << o.err;
+    EXPECT_FALSE(fs::exists(dir / "rel" / "r.jsonl")) << rule;
+    EXPECT_TRUE(fs::is_empty(dir / "elsewhere")) << rule;
+  }
+  const Outcome pool =
+      twin_run("--opt py:" + path + ":Pool" + tiny + " --out p.jsonl", dir);
+  ASSERT_EQ(pool.code, 0) << pool.err;
+  EXPECT_EQ(count_lines(slurp(dir / "p.jsonl")), 1);
+  fs::remove_all(dir);
+}
+
+// A py:MODULE rule of a module no distribution provides keeps its
+// module-level state per optimizer, as a py:FILE rule does: a step counter
+// at module level was shared by every copy, so the identity twin drifted
+// (2.3e-2, "ok") and the records changed with --jobs and --threads.
+TEST(BridgeCli, AModuleRulesStateIsEachOptimizersOwn) {
+  using namespace testing_helpers;
+  const fs::path dir = fresh_dir("bridge-module-state");
+  spit(dir / "counted_scale.py", "SCALE = 0.5\n");
+  spit(dir / "counted.py", R"(
+import torch
+from counted_scale import SCALE
+calls = 0
+class Counted(torch.optim.SGD):
+    def step(self, closure=None):
+        global calls
+        calls += 1
+        for g in self.param_groups:
+            g["lr"] = SCALE / calls
+        return super().step(closure)
+)");
+  const std::string run =
+      "--opt py:counted:Counted --steps 4 --task mod11 --depth 1 --d-model 8 "
+      "--heads 2 --lr 0.1 --quiet --init-seed 42,43 --twin gauge,identity ";
+  const Outcome one = twin_run(run + "--jobs 1 --threads 1 --out one.jsonl",
+                               dir, "PYTHONPATH=. ");
+  ASSERT_EQ(one.code, 0) << one.err;
+  const Outcome two = twin_run(run + "--jobs 2 --threads 2 --out two.jsonl",
+                               dir, "PYTHONPATH=. ");
+  ASSERT_EQ(two.code, 0) << two.err;
+  auto curves = [](const fs::path& p) {
+    std::map<std::string, std::string> out;
+    std::ifstream f(p);
+    for (std::string line; std::getline(f, line);) {
+      const auto r = nlohmann::json::parse(line);
+      out[r["key"].get<std::string>()] = r["curve"].dump();
+      if (r["twin"] == "identity") {
+        for (const auto& point : r["curve"])
+          EXPECT_EQ(point["logit_drift"].get<double>(), 0.0) << line;
+      }
+    }
+    return out;
+  };
+  const auto first = curves(dir / "one.jsonl");
+  EXPECT_EQ(first.size(), 4u);
+  EXPECT_EQ(curves(dir / "two.jsonl"), first);
+  // The module it imports from its own directory is part of its name.
+  std::ifstream records(dir / "one.jsonl");
+  std::string line;
+  std::getline(records, line);
+  const std::string opt = nlohmann::json::parse(line)["opt"];
+  spit(dir / "counted_scale.py", "SCALE = 0.25\n");
+  const Outcome edited = twin_run("--opt '" + opt + "' --steps 4 --task mod11 "
+                                  "--depth 1 --d-model 8 --heads 2 --lr 0.1 "
+                                  "--quiet --out one.jsonl",
+                                  dir, "PYTHONPATH=. ");
+  EXPECT_EQ(edited.code, 1) << edited.err;
+  EXPECT_TRUE(contains(edited.err, ": the name was recorded with "))
+      << edited.err;
+  fs::remove_all(dir);
+}
+
+// A stop signal reaches a Python rule's step() that does not return: after
+// the grace ($TWINS_STOP_GRACE_S) it is interrupted inside Python, the run
+// exits 75 with its group's last checkpoint, and the rerun resumes to the
+// straight run's record; a step that takes even the interruption
+// (`except BaseException`) ends the process after twice the grace, in one
+// line. Without either it ignored SIGTERM until SLURM's SIGKILL.
+TEST(BridgeCli, AStepThatDoesNotReturnIsStoppedAfterTheGrace) {
+  using namespace testing_helpers;
+  const fs::path dir = fresh_dir("bridge-stop-grace");
+  const std::string path = write_rule("hangs.py", R"(
+import os
+import time
+import torch
+class Hangs(torch.optim.SGD):
+    def step(self, closure=None):
+        self.t = getattr(self, "t", 0) + 1
+        if self.t == 3 and os.path.exists("hang"):
+            open("in_step", "w").close()
+            while True:
+                time.sleep(0.01)
+        return super().step(closure)
+class Stubborn(torch.optim.SGD):
+    def step(self, closure=None):
+        self.t = getattr(self, "t", 0) + 1
+        if self.t == 3:
+            open("in_step", "w").close()
+            while True:
+                try:
+                    time.sleep(0.01)
+                except BaseException:
+                    pass
+        return super().step(closure)
+)");
+  const std::string run =
+      " --steps 6 --task mod11 --depth 1 --d-model 8 --heads 2 --lr 0.1 "
+      "--checkpoint-every 1 ";
+  const std::string grace = "TWINS_STOP_GRACE_S=1 ";
+  ASSERT_EQ(twin_run("--opt py:" + path + ":Hangs" + run +
+                         "--quiet --out straight.jsonl",
+                     dir)
+                .code,
+            0);
+  spit(dir / "hang", "");
+  auto in_step = [&] { return fs::exists(dir / "in_step"); };
+  const int stopped = signalled_run(
+      dir, "--opt py:" + path + ":Hangs" + run + "--out r.jsonl", SIGTERM,
+      in_step, grace);
+  const std::string err = slurp(dir / "err.txt");
+  EXPECT_EQ(stopped, 75) << err;
+  EXPECT_TRUE(contains(err, ":Hangs: step() at step 3 was interrupted 1 s "
+                            "after the stop signal (SIGTERM)"))
+      << err;
+  fs::remove(dir / "hang");
+  const Outcome resumed =
+      twin_run("--opt py:" + path + ":Hangs" + run + "--out r.jsonl", dir);
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "resumed at step 2")) << resumed.err;
+  auto record = [](const fs::path& p) {
+    return twins::without_timing(nlohmann::json::parse(slurp(p))).dump();
+  };
+  EXPECT_EQ(record(dir / "r.jsonl"), record(dir / "straight.jsonl"));
+
+  fs::remove(dir / "in_step");
+  const int ended = signalled_run(
+      dir, "--opt py:" + path + ":Stubborn" + run + "--out s.jsonl", SIGTERM,
+      in_step, grace);
+  const std::string stubborn = slurp(dir / "err.txt");
+  EXPECT_EQ(ended, 75) << stubborn;
+  EXPECT_TRUE(contains(stubborn, ":Stubborn has not returned from step() at "
+                                 "step 3 2 s after the stop signal (SIGTERM)"))
+      << stubborn;
   fs::remove_all(dir);
 }
 

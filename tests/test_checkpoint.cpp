@@ -34,6 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing_helpers::fresh_dir;
+using testing_helpers::signalled_run;
 using testing_helpers::slurp;
 using testing_helpers::tiny_spec;
 using testing_helpers::twin_run;
@@ -631,25 +632,6 @@ TEST(CheckpointBinary, SigkillAroundTheRenameResumesToTheStraightRecords) {
   EXPECT_FALSE(fs::exists(dir / "killed.jsonl.ckpt"))
       << "the checkpoints outlived their groups";
   fs::remove_all(dir);
-}
-
-// Starts twin-run in the background, sends `signal` once `ready()` holds
-// (polled every 10 ms, for at most a minute), and returns the exit status.
-int signalled_run(const fs::path& dir, const std::string& args, int signal,
-                  const std::function<bool()>& ready) {
-  const std::string cmd = "cd '" + dir.string() + "' && exec '" +
-                          TWIN_RUN_PATH + "' " + args + " >out.txt 2>err.txt";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  for (int i = 0; i < 6000 && !ready(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ::kill(pid, signal);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 // A handler something else puts in place of the stop signals' while they
