@@ -26,7 +26,7 @@ import torch
 
 from _twins_conventions import convention_of, library_of
 from _twins_errors import cannot_run_here
-from _twins_isolation import STREAM_SEED, Isolated, Stream
+from _twins_isolation import STREAM_SEED, Isolated, RuleCode, Stream
 
 
 def _signature(p):
@@ -68,7 +68,7 @@ class Adapter:
         convention = convention_of(fn)
         self.convention = convention
         with Isolated(self.stream):
-            with cannot_run_here():
+            with cannot_run_here(), RuleCode():
                 self.optimizer = convention.build(fn, groups, dict(kwargs), model)
             unused = _swallowed_keywords(fn, kwargs, self.optimizer)
             if unused:
@@ -82,12 +82,13 @@ class Adapter:
             self.takes_closure = convention.takes_closure(self.optimizer)
             self.modes = convention.modes(self.optimizer)
             if self.modes:
-                self.modes[0]()  # train(): schedule-free rules start in it
+                with RuleCode():
+                    self.modes[0]()  # train(): schedule-free rules start in it
         self._check("construction")
 
     def step(self, closure):
         self.steps += 1
-        with Isolated(self.stream), cannot_run_here():
+        with Isolated(self.stream), cannot_run_here(), RuleCode():
             if self.takes_closure:
                 self.optimizer.step(closure)
             else:
@@ -98,12 +99,12 @@ class Adapter:
         """Swaps in the weights the rule evaluates with (schedule-free);
         nothing for other rules."""
         if self.modes:
-            with Isolated(self.stream):
+            with Isolated(self.stream), RuleCode():
                 self.modes[1]()
 
     def training(self):
         if self.modes:
-            with Isolated(self.stream):
+            with Isolated(self.stream), RuleCode():
                 self.modes[0]()
 
     def state_dict(self):

@@ -17,7 +17,7 @@ import types
 
 import torch
 
-from _twins_isolation import Guarded
+from _twins_isolation import Guarded, RuleCode
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,7 +47,7 @@ def module_identity(module, target):
     import importlib
     import importlib.metadata as metadata
     try:
-        with Guarded():  # its import is the rule's code (bridge/isolation.py)
+        with Guarded(), RuleCode():  # its import is the rule's code (bridge/isolation.py)
             mod = importlib.import_module(module)
     except Exception as e:
         raise ImportError(f"module '{module}' does not import: "
@@ -69,87 +69,125 @@ def module_identity(module, target):
         path = mod.__file__
     defining = sys.modules.get(getattr(fn, "__module__", None) or "", mod)
     with open(path, "rb") as f:
-        return hash_with_helpers(f.read(), vars(defining), path)[0]
+        return hash_with_helpers(f.read(), path, _import_root(defining, path))[0]
 
 
-def hash_with_helpers(source, namespace, path):
+def _import_root(module, path):
+    """The directory the absolute imports of `module` (at `path`) resolve
+    from: the sys.path entry holding its top-level package."""
+    depth = getattr(module, "__name__", "").count(".")
+    if os.path.basename(path) == "__init__.py":
+        depth += 1
+    root = os.path.dirname(os.path.abspath(path))
+    for _ in range(depth):
+        root = os.path.dirname(root)
+    return root
+
+
+def hash_with_helpers(source, path, top=None):
     """(hash, helpers): the first 16 hex digits of the SHA-256 of a rule's
-    file `source` (bytes) — followed, where it has helpers (below), by each
-    helper's relative path and bytes — and the helpers' paths. Without
-    helpers the hash is the file's alone, as sha256sum gives it."""
+    file `source` (bytes, the file `path`) — followed, where it has helpers
+    (helper_files), by each helper's relative path and bytes — and the
+    helpers' paths. Without helpers the hash is the file's alone, as
+    sha256sum gives it."""
     import hashlib
-    helpers = helper_files(namespace, path, bytes(source))
+    helpers = helper_files(path, bytes(source), top)
     data = bytes(source)
     for rel, content in helpers:
         data += b"\0" + os.fsencode(rel) + b"\0" + content
     return hashlib.sha256(data).hexdigest()[:16], [rel for rel, _ in helpers]
 
 
-def _imported_modules(source, package):
-    """The modules that the import statements of `source` name (with the
-    submodules `from X import Y` may mean), as loaded in sys.modules."""
+def _module_file(directory, dotted):
+    """The .py file that `dotted` names below `directory` (a package's
+    __init__.py, or a module; for `pkg.NAME` where NAME is no module, the
+    package's), None where `directory` has no such module."""
+    found = None
+    for part in dotted.split("."):
+        if not part:
+            return found
+        package = os.path.join(directory, part)
+        if os.path.isfile(os.path.join(package, "__init__.py")):
+            found, directory = os.path.join(package, "__init__.py"), package
+        elif os.path.isfile(package + ".py"):
+            return package + ".py"
+        else:
+            return found
+    return found
+
+
+def _imported_files(path, source, top):
+    """The files that the import statements of `source` (the file `path`)
+    name below `top`, the directory its absolute imports resolve from:
+    `import a.b` and `from a import b` find a/b.py or a/b/__init__.py
+    there, `from . import x` beside `path`. Read from the files, not from
+    what this process happens to have imported: an import inside a
+    function counts before it runs."""
     import ast
-    import importlib.util
     try:
-        tree = ast.parse(source)
+        tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError):
         return []
-    names = []
+    out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names += [a.name for a in node.names]
+            targets = [(top, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
             if node.level:
-                try:
-                    base = importlib.util.resolve_name(
-                        "." * node.level + base, package or "")
-                except (ImportError, ValueError):
-                    continue
-            names.append(base)
-            names += [f"{base}.{a.name}" for a in node.names]
-    return [sys.modules[n] for n in names if n in sys.modules]
+                base = os.path.dirname(path)
+                for _ in range(node.level - 1):
+                    base = os.path.dirname(base)
+            else:
+                base = top
+            module = node.module or ""
+            targets = [(base, module)] if module else []
+            targets += [(base, f"{module}.{a.name}" if module else a.name)
+                        for a in node.names]
+        else:
+            continue
+        for directory, dotted in targets:
+            found = _module_file(directory, dotted)
+            if found is not None:
+                out.append(os.path.abspath(found))
+    return out
 
 
-def helper_files(namespace, rule_path, source=None):
-    """The modules a rule's file uses that lie in its directory or below
-    (its own helpers, which its directory on sys.path lets it import) —
-    named by its import statements (`source`), or held in its namespace —
-    and those they use, transitively, as sorted (path relative to the
-    directory, bytes): part of the rule's identity, since they decide its
-    numbers as its own lines do. Installed packages (site-packages,
-    dist-packages) are their distributions' business."""
+def _python_install_dirs():
+    import sysconfig
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        try:
+            dirs.add(sysconfig.get_path(key))
+        except KeyError:
+            pass
+    return [os.path.abspath(d) + os.sep for d in dirs if d]
+
+
+def helper_files(rule_path, source, top=None):
+    """The modules a rule's file imports that lie in `top` (the directory
+    its absolute imports resolve from: the file's own for a py:FILE rule)
+    or below — its own helpers — and those they import, transitively, as
+    sorted (path relative to `top`, bytes): part of the rule's identity,
+    since they decide its numbers as its own lines do. Python's own
+    installation (a virtual environment inside the project included) is
+    left out: the standard library and installed distributions are
+    theirs to name."""
     rule_path = os.path.abspath(rule_path)
-    root = os.path.dirname(rule_path)
-    seen, files = set(), {}
-    stack = [(namespace, source, namespace.get("__package__"))]
+    top = os.path.abspath(top or os.path.dirname(rule_path))
+    installed = _python_install_dirs()
+    files = {}
+    stack = [(rule_path, source)]
     while stack:
-        ns, text, package = stack.pop()
-        candidates = _imported_modules(text, package) if text else []
-        for value in list(ns.values()):
-            if isinstance(value, types.ModuleType):
-                candidates.append(value)
-            elif isinstance(value, (type, types.FunctionType)):
-                mod = sys.modules.get(getattr(value, "__module__", None) or "")
-                if mod is not None:
-                    candidates.append(mod)
-        for mod in candidates:
-            if id(mod) in seen:
+        path, text = stack.pop()
+        for found in _imported_files(path, text, top):
+            if (found == rule_path or found in files
+                    or not found.startswith(top + os.sep)
+                    or any(found.startswith(d) for d in installed)):
                 continue
-            seen.add(id(mod))
-            path = getattr(mod, "__file__", None)
-            if not isinstance(path, str) or not path.endswith(".py"):
-                continue
-            path = os.path.abspath(path)
-            parts = path.split(os.sep)
-            if (path == rule_path or not path.startswith(root + os.sep)
-                    or "site-packages" in parts or "dist-packages" in parts):
-                continue
-            with open(path, "rb") as f:
-                files[os.path.relpath(path, root)] = f.read()
-            stack.append((vars(mod), files[os.path.relpath(path, root)],
-                          getattr(mod, "__package__", None)))
-    return sorted(files.items())
+            with open(found, "rb") as f:
+                files[found] = f.read()
+            stack.append((found, files[found]))
+    return sorted((os.path.relpath(f, top), b) for f, b in files.items())
 
 
 def fresh_rule(module, target):
@@ -161,7 +199,7 @@ def fresh_rule(module, target):
     shared as Python shares them; a rule defined inside another object is
     returned as imported."""
     import importlib.util
-    with Guarded():
+    with Guarded(), RuleCode():
         fn = getattr(importlib.import_module(module), target)
         defining = sys.modules.get(getattr(fn, "__module__", None) or "")
         spec = getattr(defining, "__spec__", None)

@@ -18,6 +18,7 @@ the module _twins_isolation; the adapter (bridge/adapter.py) enters
 Isolated(stream) around every call into a rule.
 """
 
+import ctypes
 import os
 import random
 import sys
@@ -88,15 +89,15 @@ def _cuda_in_use():
 # The guards replace os's and posix's functions once, when this module
 # loads (before any rule is imported), so that a reference a rule takes at
 # import (`from os import _exit`) is the guard too; they refuse only inside
-# a rule's call or import, on its own thread or a thread it started, in
-# this process (a child it forks may end itself).
+# a rule's call or import, on its own thread or a thread it started (a
+# child process it forks may end itself).
 
 try:
     import posix as _posix
 except ImportError:  # not a POSIX system
     _posix = None
 
-_state = threading.local()          # .depth, .pid: inside a rule here
+_state = threading.local()          # .depth, .isolated: inside a rule
 _rule_threads = weakref.WeakSet()   # threads a rule started
 _reported = weakref.WeakSet()       # of those, the ones refused already
 abandoned_threads = False           # the embedding process must not wait
@@ -115,8 +116,59 @@ class StopRequested(BaseException):
 
 def _inside_rule():
     if getattr(_state, "depth", 0) > 0:
-        return _state.pid == os.getpid()
+        return True
     return threading.current_thread() in _rule_threads
+
+
+def _forget_rules_in_child():
+    """A process forked inside a rule (multiprocessing's workers end with
+    os._exit) is not inside one."""
+    _state.depth = 0
+    _state.isolated = 0
+    _rule_threads.clear()
+    _in_rule_code.clear()
+
+
+# The threads (by ident) now running a rule's own code, where the watchdog
+# may raise StopRequested; and those it raised it in. Read and written
+# with the GIL held.
+_in_rule_code = {}
+_interrupted = set()
+
+
+class RuleCode:
+    """The rule's own code (its import, constructor, step, train() /
+    eval()), innermost inside Guarded / Isolated, so that a StopRequested
+    the watchdog raises lands in the rule's code or here, never in the
+    code that puts the process's state back."""
+
+    def __enter__(self):
+        ident = threading.get_ident()
+        _in_rule_code[ident] = _in_rule_code.get(ident, 0) + 1
+        return self
+
+    def __exit__(self, *exc):
+        ident = threading.get_ident()
+        depth = _in_rule_code.pop(ident, 1) - 1
+        if depth > 0:
+            _in_rule_code[ident] = depth
+        elif ident in _interrupted:
+            _interrupted.discard(ident)
+            # Raised but not yet delivered (the rule returned first): the
+            # step is whole, nothing is pending past this point.
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+        return False
+
+
+def interrupt(ident):
+    """Raises StopRequested in thread `ident` if it is running a rule's own
+    code; whether it did. Called by the watchdog with the GIL held."""
+    if ident not in _in_rule_code:
+        return False
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
+                                               ctypes.py_object(StopRequested))
+    _interrupted.add(ident)
+    return True
 
 
 class _Guard:
@@ -173,6 +225,8 @@ def _install_guards():
 
 
 _install_guards()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_rules_in_child)
 
 
 class Guarded:
@@ -180,8 +234,6 @@ class Guarded:
     thread. Nests."""
 
     def __enter__(self):
-        if getattr(_state, "depth", 0) == 0:
-            _state.pid = os.getpid()
         _state.depth = getattr(_state, "depth", 0) + 1
         return self
 
@@ -193,7 +245,7 @@ class Guarded:
 def call_guarded(fn, *args):
     """fn(*args) as a rule's code: executing a rule's file, importing its
     module."""
-    with Guarded():
+    with Guarded(), RuleCode():
         return fn(*args)
 
 
@@ -225,7 +277,6 @@ def _threads_left_running():
 
 
 def _raise_in(thread, exception):
-    import ctypes
     if thread.ident is not None:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
             ctypes.c_ulong(thread.ident), ctypes.py_object(exception))

@@ -224,25 +224,21 @@ std::string torch_name(const Parsed& p) {
 
 // The hash a py:FILE rule's name carries: of its file's bytes, and where
 // the file imports modules of its own directory, of theirs too
-// (bridge/identity.py hash_with_helpers), so that an edited helper is
-// another rule; `helpers` gets their paths. The file is executed to find
-// them. GIL held.
+// (bridge/identity.py hash_with_helpers: found from the import statements,
+// the file is not executed), so that an edited helper is another rule;
+// `helpers` gets their paths. GIL held.
 std::string rule_file_hash(const std::string& path, const std::string& source,
                            const std::string& name,
                            std::vector<std::string>* helpers) {
-  Rule rule;
-  rule.kind = Rule::Kind::kFile;
-  rule.path = path;
-  rule.source = source;
   try {
-    const py::tuple out = identity_module().attr("hash_with_helpers")(
-        py::bytes(source), rule.load_module().attr("__dict__"), path);
+    const py::tuple out =
+        identity_module().attr("hash_with_helpers")(py::bytes(source), path);
     for (const auto& h : out[1])
       helpers->push_back(h.cast<std::string>());
     return out[0].cast<std::string>();
   } catch (const py::error_already_set& e) {
-    TORCH_CHECK(false, name, ": '", path, "' failed to load: ",
-                python_error(e));
+    TORCH_CHECK(false, name, ": reading the modules '", path,
+                "' imports failed: ", python_error(e));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <list>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "bridge/python.h"
 #include "twins/stop.h"
@@ -25,18 +26,24 @@ struct RuleCall::Entry {
   int64_t step;
   unsigned long thread;  // PyThread_get_thread_ident()
   Clock::time_point start;
-  bool interrupted = false;
+  bool interrupting = false;  // a helper thread waits for the GIL for it
+  bool interrupted = false;   // StopRequested raised in it
 };
 
 namespace {
 
 // The calls in progress and the watchdog that watches them. Lock order:
-// the GIL before `mutex` (a RuleCall's destructor holds the GIL).
+// the GIL before `mutex` (a RuleCall's destructor holds the GIL), and
+// nothing that may release the GIL (Python code) while holding `mutex`.
 struct Watchdog {
   std::mutex mutex;
   std::condition_variable wake;
   std::list<RuleCall::Entry> calls;
-  PyObject* stop_requested = nullptr;  // isolation.StopRequested, kept
+  // Of bridge/isolation.py, kept for the process's life: StopRequested,
+  // and _in_rule_code / _interrupted, which say where it may be raised.
+  PyObject* stop_requested = nullptr;
+  PyObject* in_rule_code = nullptr;
+  PyObject* interrupted = nullptr;
   bool started = false;
 
   static Watchdog& get() {
@@ -64,29 +71,47 @@ struct Watchdog {
         const double waited = std::chrono::duration<double>(
                                   now - std::max(c.start, stop_seen))
                                   .count();
+        // Not waiting for the GIL here: a rule that holds it in native
+        // code would keep this check from ever running.
         if (waited >= 2 * grace && embedded_interpreter())
           end_process(c, signal, waited);
-        if (waited >= grace && !c.interrupted)
+        if (waited >= grace && !c.interrupted && !c.interrupting) {
+          c.interrupting = true;
           to_interrupt = true;
-      }
-      if (!to_interrupt)
-        continue;
-      lock.unlock();
-      // The GIL first, then the list again: the call may have returned.
-      PyGILState_STATE gil = PyGILState_Ensure();
-      lock.lock();
-      for (RuleCall::Entry& c : calls) {
-        const double waited = std::chrono::duration<double>(
-                                  Clock::now() - std::max(c.start, stop_seen))
-                                  .count();
-        if (waited >= grace && !c.interrupted) {
-          PyThreadState_SetAsyncExc(c.thread, stop_requested);
-          c.interrupted = true;
         }
       }
-      lock.unlock();
-      PyGILState_Release(gil);
+      if (to_interrupt)
+        std::thread([this] { interrupt(); }).detach();
     }
+  }
+
+  // Raises StopRequested in every call marked `interrupting` whose thread
+  // runs the rule's own code now (not twins' code that puts the process's
+  // state back: bridge/isolation.py RuleCode); the others are tried again
+  // at the next tick. With the GIL held and only C API calls, which do not
+  // release it, no call can end meanwhile.
+  void interrupt() {
+    const PyGILState_STATE gil = PyGILState_Ensure();
+    std::vector<RuleCall::Entry*> todo;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (RuleCall::Entry& c : calls) {
+        if (c.interrupting)
+          todo.push_back(&c);
+      }
+    }
+    for (RuleCall::Entry* c : todo) {
+      PyObject* key = PyLong_FromUnsignedLong(c->thread);
+      const bool inside = key && PyDict_Contains(in_rule_code, key) == 1;
+      if (inside && PySet_Add(interrupted, key) == 0)
+        PyThreadState_SetAsyncExc(c->thread, stop_requested);
+      Py_XDECREF(key);
+      PyErr_Clear();
+      std::lock_guard<std::mutex> lock(mutex);
+      c->interrupted = inside;
+      c->interrupting = false;
+    }
+    PyGILState_Release(gil);
   }
 
   [[noreturn]] static void end_process(const RuleCall::Entry& c, int signal,
@@ -123,19 +148,15 @@ double stop_grace_s() {
 RuleCall::RuleCall(std::string rule, const char* what, int64_t step) {
   Watchdog& w = Watchdog::get();
   stop_grace_s();  // a bad value is an error here, not in the watchdog
-  PyObject* type = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(w.mutex);
-    type = w.stop_requested;
-  }
-  if (!type) {
-    type = py::object(isolation_module().attr("StopRequested")).release().ptr();
+  if (!w.stop_requested) {
+    // Under the GIL, which every RuleCall holds: set once.
+    py::object isolation = isolation_module();
+    w.in_rule_code = py::object(isolation.attr("_in_rule_code")).release().ptr();
+    w.interrupted = py::object(isolation.attr("_interrupted")).release().ptr();
+    w.stop_requested =
+        py::object(isolation.attr("StopRequested")).release().ptr();
   }
   std::lock_guard<std::mutex> lock(w.mutex);
-  if (!w.stop_requested)
-    w.stop_requested = type;
-  else if (w.stop_requested != type)
-    Py_DECREF(type);
   w.calls.push_back(Entry{std::move(rule), what, step,
                           PyThread_get_thread_ident(), Clock::now()});
   entry_ = &w.calls.back();

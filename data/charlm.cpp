@@ -5,8 +5,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,14 +60,20 @@ torch::Tensor to_tensor(const std::vector<int32_t>& ids) {
                        torch::kLong);
 }
 
-// The bytes of the pipe `path` to its end. Every wait for its writer is
-// bounded by `wait_seconds` (a FIFO nobody opens for writing would block
-// open() and read() forever), and what it gives by the memory a corpus of
-// that size would take.
+// The bytes of the pipe `path` to its end, and at most the memory a corpus
+// of that size would take. A named pipe (mkfifo) waits at most
+// `wait_seconds` for each write: one nobody opens for writing would block
+// open() and read() forever. An anonymous pipe (`<(zcat corpus.gz)`) has
+// its writer from the start, and ends when that process does: it is
+// waited for as long as it takes (a producer may think before it writes).
 std::string read_pipe(const std::string& path, int wait_seconds) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   TORCH_CHECK(fd >= 0, "Cannot read corpus '", path, "': ",
               std::strerror(errno));
+  struct statfs fs_info {};
+  const bool anonymous =
+      ::fstatfs(fd, &fs_info) == 0 && fs_info.f_type == PIPEFS_MAGIC;
+  const int timeout_ms = anonymous ? -1 : wait_seconds * 1000;
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page = ::sysconf(_SC_PAGE_SIZE);
   const double cap = pages > 0 && page > 0
@@ -78,13 +86,13 @@ std::string read_pipe(const std::string& path, int wait_seconds) {
     // Linux reports no hang-up on a FIFO that never had a writer: poll
     // waits for the first write, then for every next one or the end.
     pollfd p{fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, wait_seconds * 1000);
+    const int ready = ::poll(&p, 1, timeout_ms);
     if (ready < 0 && errno == EINTR)
       continue;
     if (ready == 0) {
       error = fmt::format(
-          "Cannot read corpus '{}': it is a pipe that {} in {} s (nothing "
-          "writes to it?)",
+          "Cannot read corpus '{}': it is a named pipe that {} in {} s "
+          "(nothing writes to it?)",
           path, bytes.empty() ? "gave nothing" : "gave nothing more",
           wait_seconds);
       break;

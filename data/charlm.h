@@ -22,11 +22,12 @@ struct Corpus {
   std::vector<int32_t> vocab;       // sorted distinct code points
   std::string sha256;               // of the file's bytes, as sha256sum
 
-  // A pipe is read to its end, waiting at most `pipe_wait_seconds` for
-  // each of its writes (a FIFO nobody writes to is an error, not a hang),
-  // and at most physical memory / kCorpusBytesPerByte bytes of it (a
-  // writer that never ends, `yes |`, is refused before it takes the
-  // machine's memory).
+  // A pipe is read to its end: a named pipe (mkfifo) waiting at most
+  // `pipe_wait_seconds` for each of its writes (one nobody writes to is an
+  // error, not a hang), an anonymous one (`<(zcat corpus.gz)`) as long as
+  // its writer takes; and at most physical memory / kCorpusBytesPerByte
+  // bytes of it (a writer that never ends, `yes |`, is refused before it
+  // takes the machine's memory).
   static Corpus load(const std::string& path,
                      int pipe_wait_seconds = kPipeWaitSeconds);
   static constexpr int kPipeWaitSeconds = 60;

@@ -32,10 +32,10 @@ JsonlSink::JsonlSink(std::string path) : path_(std::move(path)) {
   }
 }
 
-void JsonlSink::check_same_file() const {
+void JsonlSink::check_same_file(int fd) const {
   struct stat st {};
-  const bool same = ::stat(path_.c_str(), &st) == 0 && st.st_dev == dev_ &&
-                    st.st_ino == ino_;
+  const bool same = (fd >= 0 ? ::fstat(fd, &st) : ::stat(path_.c_str(), &st)) == 0 &&
+                    st.st_dev == dev_ && st.st_ino == ino_;
   TORCH_CHECK(same, "results file '", path_,
               "' was removed or replaced while this run went on (by a "
               "Python rule?): its records are not written to a new file, "
@@ -50,8 +50,21 @@ JsonlSink::~JsonlSink() {
 void JsonlSink::append(const json& record) {
   if (fd_ < 0) {
     if (existed_) {
-      check_same_file();
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+      // Opened, then compared: what is written to is what was compared.
+      const int fd = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+      if (fd < 0) {
+        const int error = errno;
+        check_same_file();  // gone: says so
+        TORCH_CHECK(false, "Cannot open results file '", path_,
+                    "': ", std::strerror(error));
+      }
+      try {
+        check_same_file(fd);
+      } catch (...) {
+        ::close(fd);
+        throw;
+      }
+      fd_ = fd;
     } else {
       twins::make_directories(fs::path(path_).parent_path().string());
       fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,

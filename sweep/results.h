@@ -36,8 +36,9 @@ class JsonlSink {
   const std::string& path() const { return path_; }
 
  private:
-  // Throws when `path_` is no longer the file this sink writes.
-  void check_same_file() const;
+  // Throws when `path_` (or the open `fd`, when given) is no longer the
+  // file this sink writes.
+  void check_same_file(int fd = -1) const;
   std::string path_;
   int fd_ = -1;
   bool existed_ = false;  // a file was at path_ when constructed: dev_, ino_

@@ -1204,8 +1204,8 @@ class Counted(torch.optim.SGD):
 // the grace ($TWINS_STOP_GRACE_S) it is interrupted inside Python, the run
 // exits 75 with its group's last checkpoint, and the rerun resumes to the
 // straight run's record; a step that takes even the interruption
-// (`except BaseException`) ends the process after twice the grace, in one
-// line. Without either it ignored SIGTERM until SLURM's SIGKILL.
+// (`except BaseException`), or holds the GIL in native code, ends the
+// process after twice the grace, in one line. Without either it ignored SIGTERM until SLURM's SIGKILL.
 TEST(BridgeCli, AStepThatDoesNotReturnIsStoppedAfterTheGrace) {
   using namespace testing_helpers;
   const fs::path dir = fresh_dir("bridge-stop-grace");
@@ -1231,6 +1231,13 @@ class Stubborn(torch.optim.SGD):
                     time.sleep(0.01)
                 except BaseException:
                     pass
+        return super().step(closure)
+class Native(torch.optim.SGD):
+    def step(self, closure=None):
+        self.t = getattr(self, "t", 0) + 1
+        if self.t == 3:
+            open("in_step", "w").close()
+            sum(range(10**13))  # native code that keeps the GIL
         return super().step(closure)
 )");
   const std::string run =
@@ -1262,15 +1269,21 @@ class Stubborn(torch.optim.SGD):
   };
   EXPECT_EQ(record(dir / "r.jsonl"), record(dir / "straight.jsonl"));
 
-  fs::remove(dir / "in_step");
-  const int ended = signalled_run(
-      dir, "--opt py:" + path + ":Stubborn" + run + "--out s.jsonl", SIGTERM,
-      in_step, grace);
-  const std::string stubborn = slurp(dir / "err.txt");
-  EXPECT_EQ(ended, 75) << stubborn;
-  EXPECT_TRUE(contains(stubborn, ":Stubborn has not returned from step() at "
-                                 "step 3 2 s after the stop signal (SIGTERM)"))
-      << stubborn;
+  // Neither a rule that catches the interruption nor one in native code
+  // that keeps the GIL (which the interruption waits for) outlasts twice
+  // the grace.
+  for (const std::string name : {"Stubborn", "Native"}) {
+    fs::remove(dir / "in_step");
+    const int ended = signalled_run(
+        dir, "--opt py:" + path + ":" + name + run + "--out s.jsonl", SIGTERM,
+        in_step, grace);
+    const std::string stubborn = slurp(dir / "err.txt");
+    EXPECT_EQ(ended, 75) << stubborn;
+    EXPECT_TRUE(contains(stubborn, ":" + name + " has not returned from "
+                                   "step() at step 3 2 s after the stop "
+                                   "signal (SIGTERM)"))
+        << stubborn;
+  }
   fs::remove_all(dir);
 }
 

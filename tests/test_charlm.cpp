@@ -191,8 +191,8 @@ TEST(Corpus, APipeIsReadOnceAndKeptAndNeverWaitedForForever) {
   const fs::path silent = dir / "silent";
   ASSERT_EQ(::mkfifo(silent.c_str(), 0600), 0);
   std::string msg = load_error(silent);
-  EXPECT_NE(msg.find("'" + silent.string() + "': it is a pipe that gave "
-                     "nothing in 1 s"),
+  EXPECT_NE(msg.find("'" + silent.string() + "': it is a named pipe that "
+                     "gave nothing in 1 s"),
             std::string::npos) << msg;
   // A writer that writes, then holds the pipe open and writes no more.
   const fs::path stalled = dir / "stalled";
@@ -211,6 +211,19 @@ TEST(Corpus, APipeIsReadOnceAndKeptAndNeverWaitedForForever) {
   done = true;
   holder.join();
   EXPECT_NE(msg.find("gave nothing more in 1 s"), std::string::npos) << msg;
+  // An anonymous pipe (`<(python prep.py)`) has its writer: it is waited
+  // for past the named pipe's limit.
+  int ends[2];
+  ASSERT_EQ(::pipe(ends), 0);
+  std::thread producer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    (void)!::write(ends[1], text.data(), text.size());
+    ::close(ends[1]);
+  });
+  msg = load_error("/proc/self/fd/" + std::to_string(ends[0]));
+  producer.join();
+  ::close(ends[0]);
+  EXPECT_EQ(msg, "loaded");
   fs::remove_all(dir);
 }
 
