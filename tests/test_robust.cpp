@@ -315,7 +315,7 @@ TEST(Outputs, ATableNeverAppendsToAnotherTablesFile) {
 TEST(Results, AForeignFileWithoutANewlineIsNeverCut) {
   const fs::path dir = fresh_dir("foreign");
   const std::string note = "remember to buy milk";
-  const std::string image("\x89PNG\r\x1a\x00\x00\x00\rIHDR", 16);
+  const std::string image("\x89PNG\r\x1a\x00\x00\x00\rIHDR", 14);  // its 14 bytes
   spit(dir / "notes.txt", note);
   spit(dir / "image.png.jsonl", image);
   expect_refused(kPair + " --out notes.txt", "not a twin-run results file",
