@@ -192,7 +192,15 @@ double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
     if (workers == 1) {
       pass(ops[0]);
     } else {
-      std::thread other([&] { pass(ops[1]); });
+      // The second copy's thread at the row's setting too, as the
+      // engine's workers are (twins::run_on_threads): a new thread of an
+      // OpenMP build (PyPI's torch) starts with every core, and the two
+      // replays then fought over them (a roof of 37 GFLOP/s under the
+      // step's own 89-103).
+      std::thread other([&] {
+        set_threads(threads.threads);
+        pass(ops[1]);
+      });
       pass(ops[0]);
       other.join();
     }
