@@ -156,19 +156,17 @@ class RuleCode:
             _interrupted.discard(ident)
             # Raised but not yet delivered (the rule returned first): the
             # step is whole, nothing is pending past this point.
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+            _raise_in(ident, None)
         return False
 
 
-def interrupt(ident):
-    """Raises StopRequested in thread `ident` if it is running a rule's own
-    code; whether it did. Called by the watchdog with the GIL held."""
-    if ident not in _in_rule_code:
-        return False
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
-                                               ctypes.py_object(StopRequested))
-    _interrupted.add(ident)
-    return True
+def _raise_in(ident, exception):
+    """`exception` raised in thread `ident` at its next instruction; None
+    withdraws one not yet delivered."""
+    if ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(ident),
+            None if exception is None else ctypes.py_object(exception))
 
 
 class _Guard:
@@ -253,33 +251,27 @@ def _threads_left_running():
     """The threads a rule started that are still running THREAD_GRACE_S
     after its call returned (each reported once)."""
     global abandoned_threads
-    deadline = time.monotonic() + THREAD_GRACE_S
-    left = []
-    for thread in list(_rule_threads):
-        if thread in _reported or thread is threading.current_thread():
-            continue
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
-            left.append(thread)
-            _reported.add(thread)
+    left = _still_running([t for t in list(_rule_threads)
+                           if t not in _reported
+                           and t is not threading.current_thread()])
+    _reported.update(left)
     # Ended where they run Python (SystemExit at their next instruction,
     # which threading ends them with quietly): a thread left writing the
     # parameters while the process exits crashed it. One in native code
     # runs on, and the embedding process does not wait for it.
     for thread in left:
-        _raise_in(thread, SystemExit)
-    deadline = time.monotonic() + THREAD_GRACE_S
-    for thread in left:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    if any(t.is_alive() for t in left):
+        _raise_in(thread.ident, SystemExit)
+    if _still_running(left):
         abandoned_threads = True
     return left
 
 
-def _raise_in(thread, exception):
-    if thread.ident is not None:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(
-            ctypes.c_ulong(thread.ident), ctypes.py_object(exception))
+def _still_running(threads):
+    """Those of `threads` still running after THREAD_GRACE_S in all."""
+    deadline = time.monotonic() + THREAD_GRACE_S
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t for t in threads if t.is_alive()]
 
 
 def _refuse_threads(left):

@@ -57,8 +57,6 @@ Embedded& embedded() {
   return e;
 }
 
-PyThreadState* embedded_parked() { return embedded().parked; }
-
 std::mutex start_mutex;
 
 // The bridge's Python side, one module per job, in the order they import
@@ -187,7 +185,7 @@ py::object isolation_module() { return python_side("_twins_isolation"); }
 
 bool embedded_interpreter() {
   std::lock_guard<std::mutex> lock(start_mutex);
-  return embedded_parked() != nullptr;
+  return embedded().parked != nullptr;
 }
 
 nlohmann::json call_python(const EmbeddedModule& module,

@@ -167,10 +167,10 @@ RuleCall::RuleCall(std::string rule, const char* what, int64_t step) {
 }
 
 RuleCall::~RuleCall() {
+  // A StopRequested raised but not delivered was withdrawn when the rule's
+  // code returned (isolation.RuleCode).
   Watchdog& w = Watchdog::get();
   std::lock_guard<std::mutex> lock(w.mutex);
-  if (entry_->interrupted)
-    PyThreadState_SetAsyncExc(entry_->thread, nullptr);  // not yet raised
   for (auto it = w.calls.begin(); it != w.calls.end(); ++it) {
     if (&*it == entry_) {
       w.calls.erase(it);

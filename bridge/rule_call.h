@@ -27,7 +27,7 @@ class RuleCall {
   // Registers the calling thread, which holds the GIL, as inside `rule`'s
   // `what` ("step()") at step `step`.
   RuleCall(std::string rule, const char* what, int64_t step);
-  ~RuleCall();  // GIL held: a StopRequested not yet raised is withdrawn
+  ~RuleCall();
   RuleCall(const RuleCall&) = delete;
   RuleCall& operator=(const RuleCall&) = delete;
 

@@ -1205,7 +1205,9 @@ class Counted(torch.optim.SGD):
 // exits 75 with its group's last checkpoint, and the rerun resumes to the
 // straight run's record; a step that takes even the interruption
 // (`except BaseException`), or holds the GIL in native code, ends the
-// process after twice the grace, in one line. Without either it ignored SIGTERM until SLURM's SIGKILL.
+// process after twice the grace, in one line. Without either it ignored
+// SIGTERM until SLURM's SIGKILL. A grace that is not a positive number is
+// refused.
 TEST(BridgeCli, AStepThatDoesNotReturnIsStoppedAfterTheGrace) {
   using namespace testing_helpers;
   const fs::path dir = fresh_dir("bridge-stop-grace");
@@ -1244,6 +1246,15 @@ class Native(torch.optim.SGD):
       " --steps 6 --task mod11 --depth 1 --d-model 8 --heads 2 --lr 0.1 "
       "--checkpoint-every 1 ";
   const std::string grace = "TWINS_STOP_GRACE_S=1 ";
+  for (const std::string bad : {"abc", "0", "-1"}) {
+    const Outcome o = twin_run("--opt py:" + path + ":Hangs" + run +
+                                   "--quiet --out bad.jsonl",
+                               dir, "TWINS_STOP_GRACE_S=" + bad + " ");
+    EXPECT_EQ(o.code, 1) << o.err;
+    EXPECT_TRUE(contains(o.err, "Invalid TWINS_STOP_GRACE_S: '" + bad + "'"))
+        << o.err;
+    EXPECT_FALSE(fs::exists(dir / "bad.jsonl"));
+  }
   ASSERT_EQ(twin_run("--opt py:" + path + ":Hangs" + run +
                          "--quiet --out straight.jsonl",
                      dir)
