@@ -20,8 +20,16 @@ CLI::App* setup_bench(CLI::App& app, BenchFlags& flags) {
             "mod47-torchadam (the same with torch.optim.Adam stepped "
             "in Python; with Python support), mod47-f32-seq1, mod47-f32-seq2 "
             "(copies one after the other on "
-            "1 / 2 threads), mod47-f64, charlm-f32, charlm-f64 [default: "
-            "all]");
+            "1 / 2 threads), mod47-f64, charlm-f32, charlm-f64, and with "
+            "-fma (mod47-f32-fma, mod47-torchadam-fma, mod47-f64-fma, "
+            "charlm-f32-fma, charlm-f64-fma) the same pairs on twins' "
+            "FMA-chain kernels (--matmul fma-chain; where the CPU has AVX2 "
+            "or AVX-512) [default: all]");
+  cmd->add_flag("--kernels", flags.kernels,
+                "Instead of the rows: every product shape of the mod47 "
+                "model's step alone on one thread, float32 and float64, "
+                "LibTorch's BLAS against twins' FMA-chain kernels, in "
+                "GFLOP/s and % of one core's FMA peak");
   cmd->add_flag("--vs-pytorch", flags.options.vs_pytorch,
                 "Also time bench/eager_pytorch.py at three thread settings "
                 "(LibTorch/OpenBLAS 1/1, 1/cores, cores/cores; median of 5 "
@@ -59,6 +67,22 @@ int run_bench(const BenchFlags& flags) {
                                : flags.out;
   // Before the benchmark runs, not after: a bad --out costs nothing.
   bench::check_bench_output(path);
+  if (flags.kernels) {
+    const int repeats = flags.options.quick ? 1 : flags.options.repeats;
+    nlohmann::json j;
+    std::string tables;
+    for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+      const auto figures = bench::kernel_figures("mod47", dtype, repeats);
+      const std::string name = twins::dtype_name(dtype);
+      tables += bench::format_kernel_table(figures, "mod47 " + name) + "\n";
+      j[name] = bench::kernels_to_json(figures);
+    }
+    const bench::BenchMachine machine = bench::bench_machine();
+    fmt::print("{}\n{}", machine.line(), tables);
+    bench::write_bench_file(path, machine, {}, flags.options.quick, j);
+    fmt::print("benchmark written to {}\n", path);
+    return 0;
+  }
   const auto rows = bench::run_bench(flags.options, print_line);
   const bench::BenchMachine machine = bench::bench_machine();
   fmt::print("{}\n{}", machine.line(), bench::format_bench_table(rows));

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "data/task.h"
+#include "model/gemm.h"
 #include "twins/spec.h"
 
 namespace app {
@@ -306,6 +307,22 @@ void add_engine_flags(CLI::App& app, sweep::CommandRequest& r,
       "ATEN_CPU_CAPABILITY set), so that machines whose CPUs would choose "
       "others write the same bits; the same as TWINS_PORTABLE=1 "
       "(docs/output-format.md)");
+  // Process-wide, like the kernels above: set as the flag is parsed, before
+  // any pair is built or any record's numeric environment is read.
+  app.add_option_function<std::string>(
+         "--matmul",
+         [](const std::string& name) {
+           model::set_matmul(model::parse_matmul(name));
+         },
+         "How the model's products run on the CPU: blas (LibTorch's "
+         "matmul, OpenBLAS; the default, and what the paper's tables were "
+         "made with) or fma-chain (twins' own AVX-512 / AVX2 kernels: each "
+         "entry one chain of fused multiply-adds in index order, the same "
+         "bits on every such CPU, other float32 bits than blas), or auto "
+         "(fma-chain where the CPU has AVX2 and FMA); records name it in "
+         "numeric_env.matmul (docs/performance.md)")
+      ->check(CLI::IsMember({"blas", "fma-chain", "auto"}))
+      ->default_str("blas");
   app.add_option("--save-models", e.save_models,
                  "Save both copies of every pair here when it ends (one "
                  "directory per pair: model1.pt, model2.pt, spec.json); "

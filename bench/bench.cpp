@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -82,6 +83,9 @@ struct RowDef {
   // heads as query heads (docs/protocol.md §3), which the small-attention
   // kernel and the token table leave to the reference path.
   bool rope_gqa = false;
+  // The model's products: LibTorch's BLAS or twins' FMA-chain kernels
+  // (model/gemm.h).
+  model::Matmul matmul = model::Matmul::kBlas;
 };
 
 // torch.optim's Adam stepped in Python beside the built-in adam: the cost
@@ -103,6 +107,22 @@ std::vector<RowDef> row_defs() {
   if (optim::has_resolver(kTorchAdam)) {
     rows.insert(rows.begin() + 1, {"mod47-torchadam", "mod47",
                                    torch::kFloat, conc, kTorchAdam});
+  }
+  // The FMA-chain rows, where this CPU has the kernels: the same pairs,
+  // other float32 bits.
+  if (model::best_isa() != model::Isa::kNone) {
+    const model::Matmul fma = model::Matmul::kFmaChain;
+    std::vector<RowDef> chained = {
+        {"mod47-f32-fma", "mod47", torch::kFloat, conc, "adam", false, fma},
+        {"mod47-f64-fma", "mod47", torch::kDouble, conc, "adam", false, fma},
+        {"charlm-f32-fma", "charlm", torch::kFloat, conc, "adam", false, fma},
+        {"charlm-f64-fma", "charlm", torch::kDouble, conc, "adam", false, fma}};
+    if (optim::has_resolver(kTorchAdam)) {
+      chained.insert(chained.begin() + 1,
+                     {"mod47-torchadam-fma", "mod47", torch::kFloat, conc,
+                      kTorchAdam, false, fma});
+    }
+    rows.insert(rows.end(), chained.begin(), chained.end());
   }
   return rows;
 }
@@ -158,7 +178,7 @@ std::vector<std::string> bench_row_names() {
 }
 
 double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
-                          int repeats) {
+                          int repeats, model::Matmul matmul) {
   const auto shapes = step_matmuls(spec);
   const torch::Device device = twins::resolve_device(spec.device);
   const auto opts = torch::TensorOptions().dtype(spec.dtype).device(device);
@@ -166,6 +186,9 @@ double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
     std::vector<torch::Tensor> a, b, c;
   };
   const int workers = threads.concurrent ? 2 : 1;
+  // The FMA-chain kernels do the step's linear maps; attention's batched
+  // products stay bmm (the step's small-attention kernel does those).
+  const bool chained = matmul == model::Matmul::kFmaChain && !device.is_cuda();
   std::vector<Operands> ops(workers);
   for (auto& o : ops) {
     for (const auto& sh : shapes) {
@@ -176,7 +199,9 @@ double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
   }
   auto pass = [&](Operands& o) {
     for (size_t i = 0; i < shapes.size(); ++i) {
-      if (shapes[i].batch == 1) {
+      if (shapes[i].batch == 1 && chained) {
+        o.c[i] = model::chain_mm(o.a[i][0], o.b[i][0]);
+      } else if (shapes[i].batch == 1) {
         torch::Tensor c = o.c[i][0];
         torch::mm_out(c, o.a[i][0], o.b[i][0]);
       } else {
@@ -355,6 +380,7 @@ BenchRow bench_row(const RowDef& definition, const BenchOptions& options) {
     row.spec.kv_heads = row.spec.heads / 2;
   }
   row.spec.device = options.device;
+  row.matmul = definition.matmul;
   const Schedule schedule = schedule_for(row.spec, options.quick);
   row.spec.steps = schedule.warmup + schedule.segment * options.repeats;
   return row;
@@ -366,6 +392,7 @@ BenchRow bench_row(const RowDef& definition, const BenchOptions& options) {
 void time_row(BenchRow& row, const BenchOptions& options) {
   const Schedule schedule = schedule_for(row.spec, options.quick);
   set_threads(row.threads.threads);
+  const model::ScopedMatmul matmul(row.matmul);
   twins::Lockstep pair({row.spec}, row.threads.concurrent ? 2 : 1);
   pair.train_to(schedule.warmup);
   pair.check_losses();
@@ -387,8 +414,8 @@ void time_row(BenchRow& row, const BenchOptions& options) {
                              double(schedule.segment * options.repeats);
   row.flops_per_pair_step = 2 * model::total_flops(step_matmuls(row.spec));
   row.model_gflops = row.flops_per_pair_step / row.s_per_pair_step / 1e9;
-  row.roof_gflops =
-      matmul_roof_gflops(row.spec, row.threads, options.quick ? 2 : 9);
+  row.roof_gflops = matmul_roof_gflops(row.spec, row.threads,
+                                       options.quick ? 2 : 9, row.matmul);
 }
 
 // The eager reference's seconds per pair-step of `spec` at each of
@@ -439,6 +466,13 @@ std::vector<BenchRow> run_bench(const BenchOptions& options,
     if (!options.rows.empty() &&
         std::find(options.rows.begin(), options.rows.end(), definition.name) ==
             options.rows.end()) {
+      continue;
+    }
+    // The FMA-chain rows are CPU rows: on a GPU, cuBLAS does the products.
+    if (definition.matmul != model::Matmul::kBlas && options.device != "cpu") {
+      TORCH_CHECK(options.rows.empty(), "bench row '", definition.name,
+                  "' times twins' CPU kernels; it does not run with --device ",
+                  options.device);
       continue;
     }
     BenchRow row = bench_row(definition, options);
@@ -511,6 +545,7 @@ nlohmann::json bench_to_json(const std::vector<BenchRow>& rows) {
                           {"torch_threads", r.threads.threads},
                           {"openblas_threads", r.threads.threads},
                           {"device", r.spec.device},
+                          {"matmul", model::matmul_name(r.matmul)},
                           {"s_per_pair_step", r.s_per_pair_step},
                           {"faults_per_pair_step", r.faults_per_pair_step},
                           {"flops_per_pair_step", r.flops_per_pair_step},
@@ -589,14 +624,108 @@ void check_bench_output(const std::string& path) {
 }
 
 void write_bench_file(const std::string& path, const BenchMachine& machine,
-                      const std::vector<BenchRow>& rows, bool quick) {
-  const nlohmann::json j = {{"date", machine.date},
-                            {"cpu", machine.cpu},
-                            {"cores", machine.cores},
-                            {"torch_version", TORCH_VERSION},
-                            {"quick", quick},
-                            {"rows", bench_to_json(rows)}};
+                      const std::vector<BenchRow>& rows, bool quick,
+                      const nlohmann::json& kernels) {
+  nlohmann::json j = {
+      {"date", machine.date},   {"cpu", machine.cpu},
+      {"cores", machine.cores}, {"torch_version", TORCH_VERSION},
+      {"quick", quick},         {"rows", bench_to_json(rows)}};
+  if (!kernels.is_null())
+    j["kernels"] = kernels;
   twins::write_text_atomically(path, j.dump(2) + "\n");
+}
+
+std::vector<KernelFigure> kernel_figures(const std::string& task,
+                                         torch::Dtype dtype, int repeats) {
+  TORCH_CHECK(model::best_isa() != model::Isa::kNone,
+              "--kernels: this CPU has neither AVX2 with FMA nor AVX-512, "
+              "so twins' kernels do not run here");
+  TORCH_CHECK(repeats >= 1, "Invalid --repeats: ", repeats);
+  twins::configure_determinism();
+  set_threads(1);
+  const PairSpec spec = bench_spec(task, dtype, "adam");
+  const auto shapes = step_matmuls(spec);
+  const double step_flops = model::total_flops(shapes);
+  const double peak = model::fma_peak_gflops(dtype);
+  std::vector<KernelFigure> out;
+  for (const auto& sh : shapes) {
+    if (sh.batch != 1)  // attention's, done by the small-attention kernel
+      continue;
+    auto same = [&](const KernelFigure& f) {
+      return f.m == sh.m && f.k == sh.k && f.n == sh.n;
+    };
+    auto it = std::find_if(out.begin(), out.end(), same);
+    if (it != out.end()) {
+      ++it->count;
+      it->share_of_step += sh.flops() / step_flops;
+      continue;
+    }
+    KernelFigure f;
+    f.m = sh.m, f.k = sh.k, f.n = sh.n;
+    f.share_of_step = sh.flops() / step_flops;
+    f.fma_peak_gflops = peak;
+    const auto opts = torch::TensorOptions().dtype(dtype);
+    const torch::Tensor a = torch::randn({sh.m, sh.k}, opts);
+    const torch::Tensor b = torch::randn({sh.k, sh.n}, opts);
+    torch::Tensor c = torch::empty({sh.m, sh.n}, opts);
+    // Each figure: the median of `repeats` runs of enough calls to fill
+    // about 20 ms.
+    const int calls = std::max(1, int(4e9 * 0.02 / sh.flops()));
+    auto rate = [&](const std::function<void()>& product) {
+      std::vector<double> rates;
+      for (int r = 0; r <= repeats; ++r) {  // run 0 warms up
+        const auto t0 = Clock::now();
+        for (int i = 0; i < calls; ++i)
+          product();
+        if (r > 0)
+          rates.push_back(sh.flops() * calls / seconds_since(t0) / 1e9);
+      }
+      return median(rates);
+    };
+    f.blas_gflops = rate([&] { torch::mm_out(c, a, b); });
+    f.chain_gflops = rate([&] { c = model::chain_mm(a, b); });
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::string format_kernel_table(const std::vector<KernelFigure>& figures,
+                                const std::string& title) {
+  std::string out = title + "\n";
+  out += fmt::format(
+      "{:>6} {:>6} {:>6} {:>6} {:>7} {:>10} {:>10} {:>7} {:>7}\n", "m", "k",
+      "n", "count", "% step", "blas", "fma-chain", "% peak", "vs blas");
+  for (const auto& f : figures) {
+    out += fmt::format(
+        "{:>6} {:>6} {:>6} {:>6} {:>6.1f}% {:>10.1f} {:>10.1f} {:>6.0f}% "
+        "{:>6.2f}x\n",
+        f.m, f.k, f.n, f.count, 100 * f.share_of_step, f.blas_gflops,
+        f.chain_gflops, 100 * f.chain_gflops / f.fma_peak_gflops,
+        f.chain_gflops / f.blas_gflops);
+  }
+  if (!figures.empty()) {
+    out += fmt::format(
+        "(m x k)(k x n) products of one model step, one thread; GFLOP/s, "
+        "medians; % peak: of one core's FMA peak, {:.1f} GFLOP/s ({} "
+        "kernels' FMAs on registers); % step: of the step's matmul FLOPs\n",
+        figures.front().fma_peak_gflops, model::isa_name(model::best_isa()));
+  }
+  return out;
+}
+
+nlohmann::json kernels_to_json(const std::vector<KernelFigure>& figures) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& f : figures) {
+    j.push_back({{"m", f.m},
+                 {"k", f.k},
+                 {"n", f.n},
+                 {"count", f.count},
+                 {"share_of_step", f.share_of_step},
+                 {"blas_gflops", f.blas_gflops},
+                 {"fma_chain_gflops", f.chain_gflops},
+                 {"fma_peak_gflops", f.fma_peak_gflops}});
+  }
+  return j;
 }
 
 }  // namespace bench

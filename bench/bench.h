@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/gemm.h"
 #include "twins/spec.h"
 
 namespace bench {
@@ -24,6 +25,7 @@ struct BenchRow {
   std::string name;      // e.g. "mod47 float32"
   twins::PairSpec spec;  // the pair timed (steps = warm-up + timed)
   ThreadConfig threads;
+  model::Matmul matmul = model::Matmul::kBlas;  // the model's products
   double s_per_pair_step = 0;      // median over timed segments
   double flops_per_pair_step = 0;  // both copies, analytic
   double model_gflops = 0;         // flops_per_pair_step / s_per_pair_step
@@ -84,10 +86,11 @@ struct BenchMachine {
 BenchMachine bench_machine();
 
 // The benchmark's file (docs/performance.md): the machine, LibTorch's
-// version, whether --quick, and the rows, written atomically; throws naming
-// the file.
+// version, whether --quick, the rows and (from --kernels) the per-shape
+// kernel figures, written atomically; throws naming the file.
 void write_bench_file(const std::string& path, const BenchMachine& machine,
-                      const std::vector<BenchRow>& rows, bool quick);
+                      const std::vector<BenchRow>& rows, bool quick,
+                      const nlohmann::json& kernels = nullptr);
 
 // Throws, naming `path`, unless the benchmark's file may be written there:
 // check_output_file's checks, and a name that is not a results file's
@@ -100,7 +103,8 @@ void check_bench_output(const std::string& path);
 // model::training_step_matmuls) replayed back to back in `dtype`, by one or
 // two threads at the given settings.
 double matmul_roof_gflops(const twins::PairSpec& spec,
-                          const ThreadConfig& threads, int repeats);
+                          const ThreadConfig& threads, int repeats,
+                          model::Matmul matmul = model::Matmul::kBlas);
 
 // Median seconds per pair-step of the eager-PyTorch reference, or -1 with a
 // reason in `why` when it could not run (no python3-torch, no script).
@@ -113,5 +117,24 @@ double eager_seconds_per_pair_step(const BenchOptions& options,
 // Where bench/eager_pytorch.py is: next to the executable's tree or in the
 // source tree; empty if neither has it.
 std::string eager_script_path();
+
+// One product shape of a model step, timed alone on one thread: LibTorch's
+// mm (the BLAS) against twins' FMA-chain kernels (model/gemm.h), and the
+// latter as a fraction of one core's FMA peak (model::fma_peak_gflops).
+struct KernelFigure {
+  int64_t m = 0, k = 0, n = 0;  // (m x k)(k x n)
+  int count = 1;                // products of this shape in the step
+  double share_of_step = 0;     // of the step's matmul FLOPs (all shapes)
+  double blas_gflops = 0, chain_gflops = 0, fma_peak_gflops = 0;
+};
+// Every distinct linear-map product of one training step of `task`'s
+// default model in `dtype` (attention's batched products aside), each the
+// median of `repeats` timed runs. `twin-run bench --kernels`. Throws when
+// this CPU has no kernels.
+std::vector<KernelFigure> kernel_figures(const std::string& task,
+                                         torch::Dtype dtype, int repeats);
+std::string format_kernel_table(const std::vector<KernelFigure>& figures,
+                                const std::string& title);
+nlohmann::json kernels_to_json(const std::vector<KernelFigure>& figures);
 
 }  // namespace bench

@@ -6,7 +6,9 @@
 For each row (a `twin-run bench` row: the Adam gauge pair at the task's
 default shape) it times, side by side in one run:
 
-- ours: `twin-run bench --rows ROW` (the bench's own median over segments);
+- ours: `twin-run bench --rows ROW` (the bench's own median over segments),
+  and ROW-fma, the same pair on twins' FMA-chain kernels (--matmul
+  fma-chain), where twin-run lists that row;
 - eager PyTorch 1.13 (Debian's python3-torch) and eager PyTorch 2.11 (the
   CPU side of the CUDA wheel, scripts/torch-venv.sh): bench/eager_pytorch.py;
 - torch.compile of the same training step under 2.11 (inductor, CPU):
@@ -48,6 +50,17 @@ def row_args(row):
                  "--ctx", "128", "--batch", "32"]
         return args, 2, 6  # warm-up steps, timed steps (bench: 1 + 6)
     return args, 5, 40     # bench: 3 + 40
+
+
+def known_rows(twin_run):
+    """The rows `twin-run bench --rows` accepts, from its error for an
+    unknown one."""
+    p = subprocess.run([twin_run, "bench", "--rows", "none", "--out",
+                        f"/tmp/peers-rows-{os.getpid()}.json"],
+                       capture_output=True, text=True)
+    text = p.stderr
+    known = text[text.find("(known: ") + 8:].split(")")[0]
+    return [r.strip() for r in known.split(",")]
 
 
 def run_json(cmd, env):
@@ -108,6 +121,8 @@ def main():
         runs = min(a.runs, 3) if row.startswith("charlm") else a.runs
         ours_rows = [row] + ([row.replace("f32", "f32-seq1")]
                              if row == "mod47-f32" else [])
+        if f"{row}-fma" in known_rows(a.twin_run):
+            ours_rows.append(f"{row}-fma")
         samples = {}  # config name -> list of per-process figures
         extra = {}    # config name -> list of compile (warm-up) seconds
         for r in range(runs):
@@ -123,6 +138,8 @@ def main():
             for br in bench["rows"]:
                 label = ("ours, 2 copies x 1 thread" if br["concurrent_copies"]
                          else "ours, sequential, 1 thread")
+                if br.get("matmul", "blas") != "blas":
+                    label = label.replace("ours,", f"ours ({br['matmul']}),")
                 samples.setdefault(label, []).append(br["s_per_pair_step"])
             results.setdefault("twin_run_torch", bench["torch_version"])
             for name, py, flags, t, b in peers:

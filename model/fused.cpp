@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "model/gemm.h"
 #include "model/lanes.h"
 #include "model/small_attention.h"
 
@@ -106,6 +107,17 @@ torch::Tensor norm(RMSNorm& module, const torch::Tensor& x,
   return paths.fused_norm ? fused_rms_norm(x, module->gain) : module(x);
 }
 
+// x W^T: by the FMA-chain kernels or by LibTorch's linear.
+torch::Tensor product(const torch::Tensor& x, const torch::Tensor& weight,
+                      const SpeedPaths& paths) {
+  return paths.fma_chain ? chain_linear(x, weight) : F::linear(x, weight);
+}
+
+torch::Tensor linear(torch::nn::Linear& module, const torch::Tensor& x,
+                     const SpeedPaths& paths) {
+  return paths.fma_chain ? chain_linear(x, module->weight) : module(x);
+}
+
 // Embedding and positional: (B, T, d).
 torch::Tensor embed(TransformerImpl& model, const torch::Tensor& tokens,
                     const SpeedPaths& paths) {
@@ -132,18 +144,22 @@ Qkv project(BlockImpl& block, const torch::Tensor& n, bool last,
   const int64_t kv = attention.wk->weight.size(0);  // key/value width
   const torch::Tensor q_in = last ? n.narrow(1, T - 1, 1) : n;
   if (!paths.fused_qkv)
-    return {attention.wq(q_in), attention.wk(n), attention.wv(n)};
+    return {linear(attention.wq, q_in, paths), linear(attention.wk, n, paths),
+            linear(attention.wv, n, paths)};
   if (last) {
     // K and V stacked (split, not narrow: its backward is one cat, not a
     // zero-filled full-size gradient per piece).
     const auto k_v =
-        F::linear(n, torch::cat({attention.wk->weight, attention.wv->weight}))
+        product(n, torch::cat({attention.wk->weight, attention.wv->weight}),
+                paths)
             .split(kv, -1);
-    return {attention.wq(q_in), k_v[0], k_v[1]};
+    return {linear(attention.wq, q_in, paths), k_v[0], k_v[1]};
   }
   const auto qkv =
-      F::linear(n, torch::cat({attention.wq->weight, attention.wk->weight,
-                               attention.wv->weight}))
+      product(n,
+              torch::cat({attention.wq->weight, attention.wk->weight,
+                          attention.wv->weight}),
+              paths)
           .split_with_sizes({d, kv, kv}, -1);
   return {qkv[0], qkv[1], qkv[2]};
 }
@@ -155,11 +171,18 @@ torch::Tensor finish_block(BlockImpl& block, const torch::Tensor& x,
   AttentionImpl& attention = *block.attn;
   const torch::Tensor attended =
       paths.small_attention
-          ? attention.wo(small_attention(qkv.q, qkv.k, qkv.v, attention.heads(),
-                                         attention.causal()))
-          : attention.attend(qkv);
+          ? linear(attention.wo,
+                   small_attention(qkv.q, qkv.k, qkv.v, attention.heads(),
+                                   attention.causal()),
+                   paths)
+          : attention.attend(qkv);  // its W_O by LibTorch
   const torch::Tensor h = (last ? x.narrow(1, x.size(1) - 1, 1) : x) + attended;
-  return h + block.mlp(norm(block.norm2, h, paths));
+  if (!paths.fma_chain)
+    return h + block.mlp(norm(block.norm2, h, paths));
+  return h +
+         linear(block.w2,
+                F::silu(linear(block.w1, norm(block.norm2, h, paths), paths)),
+                paths);
 }
 
 // The first block with its token-wise work done once per row of a table of
@@ -180,9 +203,14 @@ torch::Tensor first_block_by_table(TransformerImpl& model,
   // [embedding + positional | Q | K | V] per table row, gathered at once.
   const torch::Tensor projected =
       paths.fused_qkv
-          ? F::linear(n, torch::cat({attention.wq->weight, attention.wk->weight,
-                                     attention.wv->weight}))
-          : torch::cat({attention.wq(n), attention.wk(n), attention.wv(n)}, 1);
+          ? product(n,
+                    torch::cat({attention.wq->weight, attention.wk->weight,
+                                attention.wv->weight}),
+                    paths)
+          : torch::cat(
+                {linear(attention.wq, n, paths), linear(attention.wk, n, paths),
+                 linear(attention.wv, n, paths)},
+                1);
   const int64_t kv = attention.wk->weight.size(0);  // key/value width
   const auto gathered = torch::cat({table, projected}, 1)
                             .index_select(0, rows.reshape({-1}))
@@ -213,6 +241,7 @@ SpeedPaths speed_paths(const ModelConfig& config, int64_t sequences,
   paths.small_attention = !cuda && positions <= kSmallAttentionMaxPositions &&
                           !config.rope && !config.grouped();
   paths.last_query = true;
+  paths.fma_chain = !cuda && matmul() == Matmul::kFmaChain;
   return paths;
 }
 
@@ -242,7 +271,7 @@ torch::Tensor fast_forward(TransformerImpl& model, const torch::Tensor& tokens,
   x = norm(model.norm_f, x, paths);
   if (config.last_only)  // (B, d)
     x = paths.last_query ? x.squeeze(1) : x.select(1, T - 1);
-  return model.head(x);
+  return linear(model.head, x, paths);
 }
 
 torch::Tensor fast_forward(TransformerImpl& model,

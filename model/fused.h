@@ -53,6 +53,10 @@ struct SpeedPaths {
   // A last_only model's last block computes the last position only (its
   // query, output, MLP): products over fewer rows, 1e-12.
   bool last_query = false;
+  // Every linear map x W^T by twins' own kernels (model/gemm.h): one FMA
+  // chain per entry instead of the BLAS's order, 1e-13. CPU only, and only
+  // when the process chose them (--matmul).
+  bool fma_chain = false;
 };
 
 // Whether the token table pays: more sequences than the vocabulary has

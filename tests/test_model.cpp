@@ -9,6 +9,7 @@
 
 #include "helpers.h"
 #include "model/fused.h"
+#include "model/gemm.h"
 #include "model/loss.h"
 #include "model/small_attention.h"
 #include "twins/gauge.h"
@@ -301,6 +302,8 @@ std::vector<PathCase> single_paths() {
   add("fused_qkv", &P::fused_qkv, false, false, 1e-12);
   add("small_attention", &P::small_attention, false, true, 1e-13);
   add("last_query", &P::last_query, false, false, 1e-12);
+  if (model::best_isa() != model::Isa::kNone)
+    add("fma_chain", &P::fma_chain, false, true, 1e-13);
   return cases;
 }
 
@@ -540,3 +543,145 @@ TEST(Model, CrossEntropyMatchesLibTorch) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// The FMA-chain kernels (model/gemm.h).
+
+namespace {
+
+// Every instruction set this CPU runs the kernels with.
+std::vector<model::Isa> runnable_isas() {
+  std::vector<model::Isa> isas;
+  for (model::Isa isa : {model::Isa::kAvx2, model::Isa::kAvx512})
+    if (isa <= model::best_isa())
+      isas.push_back(isa);
+  return isas;
+}
+
+// C = A B with each entry one std::fma chain over p in order, from 0.
+template <typename T>
+torch::Tensor fma_chain_oracle(const torch::Tensor& a, const torch::Tensor& b) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  torch::Tensor c = torch::empty({m, n}, a.options());
+  auto A = a.accessor<T, 2>();
+  auto B = b.accessor<T, 2>();
+  auto C = c.accessor<T, 2>();
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      T s = 0;
+      for (int64_t p = 0; p < k; ++p)
+        s = std::fma(A[i][p], B[p][j], s);
+      C[i][j] = s;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+// The contract that makes the kernels' bits independent of the machine:
+// each entry is exactly one chain of fused multiply-adds in index order,
+// bit for bit the scalar std::fma loop, with every instruction set, for
+// shapes that cut every tile edge (rows not a multiple of 6, columns not a
+// multiple of the vector width) and for A read in place transposed.
+TEST(FmaChain, EachEntryIsOneFusedChainInIndexOrderOnEveryInstructionSet) {
+  if (runnable_isas().empty())
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  torch::manual_seed(3);
+  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+    for (int64_t m : {1, 5, 6, 13}) {
+      for (int64_t n : {1, 7, 16, 17, 47, 64, 65, 100}) {
+        for (int64_t k : {0, 1, 9, 64, 131}) {
+          const torch::Tensor a = torch::randn({m, k}, dtype);
+          const torch::Tensor at = torch::randn({k, m}, dtype).t();
+          const torch::Tensor b = torch::randn({k, n}, dtype);
+          for (const torch::Tensor& lhs : {a, at}) {
+            const torch::Tensor want = dtype == torch::kFloat
+                                           ? fma_chain_oracle<float>(lhs, b)
+                                           : fma_chain_oracle<double>(lhs, b);
+            for (model::Isa isa : runnable_isas()) {
+              EXPECT_TRUE(model::chain_mm(lhs, b, isa).equal(want))
+                  << model::isa_name(isa) << " " << dtype << " m " << m << " n "
+                  << n << " k " << k << " contiguous " << lhs.is_contiguous();
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rows split among threads change nothing: the mod47 MLP's product at one
+// and at two intra-op threads, and its weight gradient (a chain over 2649
+// rows), give the same bits.
+TEST(FmaChain, TheBitsDoNotDependOnTheThreadCount) {
+  if (runnable_isas().empty())
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  torch::manual_seed(4);
+  const torch::Tensor x = torch::randn({2649, 64});
+  const torch::Tensor w = torch::randn({64, 256});
+  const torch::Tensor gy = torch::randn({2649, 256});
+  const int before = at::get_num_threads();
+  at::set_num_threads(1);
+  const torch::Tensor y1 = model::chain_mm(x, w);
+  const torch::Tensor g1 = model::chain_mm(gy.t(), x);
+  at::set_num_threads(2);
+  const torch::Tensor y2 = model::chain_mm(x, w);
+  const torch::Tensor g2 = model::chain_mm(gy.t(), x);
+  at::set_num_threads(before);
+  EXPECT_TRUE(y1.equal(y2));
+  EXPECT_TRUE(g1.equal(g2));
+  // And they are the products (float32 against float64's).
+  EXPECT_LE(relative_gap(y1.to(torch::kDouble),
+                         x.to(torch::kDouble).mm(w.to(torch::kDouble))),
+            1e-6);
+}
+
+// chain_linear's forward and both gradients are x W^T's, in float64 to
+// 1e-14 of the largest entry, for a 3-D input and a strided one (the last
+// position of each sequence, as the last block reads it).
+TEST(FmaChain, ChainLinearIsTheLinearMapWithItsGradients) {
+  if (runnable_isas().empty())
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  torch::manual_seed(5);
+  const torch::Tensor base = torch::randn({5, 7, 33}, torch::kDouble);
+  for (const torch::Tensor& input : {base, base.narrow(1, 6, 1)}) {
+    const torch::Tensor w0 = torch::randn({19, 33}, torch::kDouble);
+    const torch::Tensor gy =
+        torch::randn({input.size(0), input.size(1), 19}, torch::kDouble);
+    auto pass = [&](bool chain) {
+      torch::Tensor x = input.detach().clone().requires_grad_(true);
+      torch::Tensor w = w0.clone().requires_grad_(true);
+      const torch::Tensor y = chain ? model::chain_linear(x, w)
+                                    : torch::nn::functional::linear(x, w);
+      y.backward(gy);
+      return std::vector<torch::Tensor>{y.detach(), x.grad(), w.grad()};
+    };
+    const auto want = pass(false), got = pass(true);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[i].sizes(), want[i].sizes()) << i;
+      EXPECT_LE(relative_gap(got[i], want[i]), 1e-14) << i;
+    }
+  }
+}
+
+TEST(FmaChain, UnknownChoicesAndOperandsAreRefused) {
+  try {
+    model::parse_matmul("cublas");
+    FAIL() << "accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Unknown --matmul 'cublas'"),
+              std::string::npos);
+  }
+  EXPECT_EQ(model::parse_matmul("blas"), model::Matmul::kBlas);
+  EXPECT_EQ(model::parse_matmul("auto"), model::best_isa() == model::Isa::kNone
+                                             ? model::Matmul::kBlas
+                                             : model::Matmul::kFmaChain);
+  if (runnable_isas().empty())
+    return;
+  EXPECT_THROW(model::chain_mm(torch::ones({2, 3}, torch::kLong),
+                               torch::ones({3, 2}, torch::kLong)),
+               c10::Error);
+  EXPECT_THROW(model::chain_mm(torch::ones({2, 3}), torch::ones({2, 3})),
+               c10::Error);
+}

@@ -13,6 +13,7 @@
 #include <string>
 #include <tuple>
 
+#include "model/gemm.h"
 #include "sweep/engine.h"
 #include "sweep/tables.h"
 #include "twins/io.h"
@@ -80,6 +81,14 @@ std::vector<PairResult> table9_mod47_adam_step1() {
   return out;
 }
 
+// The products a pair may run on: LibTorch's BLAS, and twins' FMA-chain
+// kernels where this CPU has them.
+std::vector<model::Matmul> matmul_paths() {
+  if (model::best_isa() == model::Isa::kNone)
+    return {model::Matmul::kBlas};
+  return {model::Matmul::kBlas, model::Matmul::kFmaChain};
+}
+
 const twins::CurvePoint& at_step(const PairResult& r, int64_t step) {
   for (const auto& c : r.curve) {
     if (c.step == step)
@@ -100,37 +109,47 @@ const twins::CurvePoint& at_step(const PairResult& r, int64_t step) {
 // roundoffs of the logits over the noise scale, 1e-14 / noise (1e-9 and
 // 1e-7). Its QK drift (a difference of weights drawn apart by the noise)
 // keeps 1e-10.
+//
+// The same holds on twins' FMA-chain kernels (--matmul fma-chain): float64
+// products in another summation order move the records by float64
+// roundoff only.
 TEST(PaperGpu, Table9Mod47AdamStep1IsThePublishedRecord) {
-  const auto want = published_mod47();
-  const auto got = table9_mod47_adam_step1();
-  ASSERT_EQ(got.size(), want.size());
-  for (const PairResult& r : got) {
-    ASSERT_EQ(r.status, twins::PairStatus::kOk) << r.spec.key();
-    const auto it = want.find(key_of(r.spec));
-    ASSERT_NE(it, want.end()) << r.spec.key();
-    const auto& [logit1, qk1] = it->second.at.at(1);
-    const twins::CurvePoint& c1 = at_step(r, 1);
-    const twins::CurvePoint& c0 = at_step(r, 0);
-    switch (r.spec.twin) {
-      case TwinKind::kIdentity:
-        EXPECT_EQ(c0.logit_drift, 0.0);
-        EXPECT_EQ(c1.logit_drift, 0.0);
-        EXPECT_EQ(c1.qk_drift_max, 0.0);
-        break;
-      case TwinKind::kGauge:
-        // Step 0 is float rounding of an exact symmetry, in both.
-        EXPECT_LT(c0.logit_drift, 1e-15) << r.spec.key();
-        EXPECT_LT(relative(c1.logit_drift, logit1), 1e-10) << r.spec.key();
-        EXPECT_LT(relative(c1.qk_drift_mean, qk1), 1e-10) << r.spec.key();
-        break;
-      case TwinKind::kNoise: {
-        const double logit_tol = 1e-14 / r.spec.noise_scale;
-        const auto& [logit0, qk0] = it->second.at.at(0);
-        EXPECT_LT(relative(c0.qk_drift_mean, qk0), 1e-10) << r.spec.key();
-        EXPECT_LT(relative(c1.qk_drift_mean, qk1), 1e-10) << r.spec.key();
-        EXPECT_LT(relative(c0.logit_drift, logit0), logit_tol) << r.spec.key();
-        EXPECT_LT(relative(c1.logit_drift, logit1), logit_tol) << r.spec.key();
-        break;
+  for (model::Matmul matmul : matmul_paths()) {
+    SCOPED_TRACE("--matmul " + model::matmul_name(matmul));
+    const model::ScopedMatmul scope(matmul);
+    const auto want = published_mod47();
+    const auto got = table9_mod47_adam_step1();
+    ASSERT_EQ(got.size(), want.size());
+    for (const PairResult& r : got) {
+      ASSERT_EQ(r.status, twins::PairStatus::kOk) << r.spec.key();
+      const auto it = want.find(key_of(r.spec));
+      ASSERT_NE(it, want.end()) << r.spec.key();
+      const auto& [logit1, qk1] = it->second.at.at(1);
+      const twins::CurvePoint& c1 = at_step(r, 1);
+      const twins::CurvePoint& c0 = at_step(r, 0);
+      switch (r.spec.twin) {
+        case TwinKind::kIdentity:
+          EXPECT_EQ(c0.logit_drift, 0.0);
+          EXPECT_EQ(c1.logit_drift, 0.0);
+          EXPECT_EQ(c1.qk_drift_max, 0.0);
+          break;
+        case TwinKind::kGauge:
+          // Step 0 is float rounding of an exact symmetry, in both.
+          EXPECT_LT(c0.logit_drift, 1e-15) << r.spec.key();
+          EXPECT_LT(relative(c1.logit_drift, logit1), 1e-10) << r.spec.key();
+          EXPECT_LT(relative(c1.qk_drift_mean, qk1), 1e-10) << r.spec.key();
+          break;
+        case TwinKind::kNoise: {
+          const double logit_tol = 1e-14 / r.spec.noise_scale;
+          const auto& [logit0, qk0] = it->second.at.at(0);
+          EXPECT_LT(relative(c0.qk_drift_mean, qk0), 1e-10) << r.spec.key();
+          EXPECT_LT(relative(c1.qk_drift_mean, qk1), 1e-10) << r.spec.key();
+          EXPECT_LT(relative(c0.logit_drift, logit0), logit_tol)
+              << r.spec.key();
+          EXPECT_LT(relative(c1.logit_drift, logit1), logit_tol)
+              << r.spec.key();
+          break;
+        }
       }
     }
   }
@@ -163,30 +182,37 @@ TEST(PaperGpu, TheModuleInitIsAnotherExperiment) {
 // in the last digits, so a relative 1e-4 holds on CPUs of one kind. The
 // twins protocol (float64 draws) gives 3.93e-3, far outside it: the draw's
 // dtype is the whole difference (docs/protocol.md §2a).
+//
+// On twins' FMA-chain kernels the same step prints the same table: float32
+// products summed in another order move step 1 in its last digits only.
 TEST(PaperCpu, Table3AdamGaugeStep1IsThePrintedTable) {
-  sweep::TableOverrides o;
-  o.stop_after = 1;
-  PairSpec gauge;
-  for (const PairSpec& p : sweep::make_table("table3", o).pairs) {
-    if (p.opt == "adam" && p.twin == TwinKind::kGauge) {
-      gauge = p;
-      break;
+  for (model::Matmul matmul : matmul_paths()) {
+    SCOPED_TRACE("--matmul " + model::matmul_name(matmul));
+    const model::ScopedMatmul scope(matmul);
+    sweep::TableOverrides o;
+    o.stop_after = 1;
+    PairSpec gauge;
+    for (const PairSpec& p : sweep::make_table("table3", o).pairs) {
+      if (p.opt == "adam" && p.twin == TwinKind::kGauge) {
+        gauge = p;
+        break;
+      }
     }
-  }
-  ASSERT_EQ(gauge.protocol, twins::Protocol::kPaperCpu);
-  const PairResult paper_cpu = twins::run_pair(gauge);
-  ASSERT_EQ(paper_cpu.status, twins::PairStatus::kOk);
-  EXPECT_LT(relative(at_step(paper_cpu, 1).logit_drift, 3.6192013e-3), 1e-4);
-  EXPECT_EQ(fmt::format("{:.1e}", at_step(paper_cpu, 1).logit_drift),
-            "3.6e-03");
-  // Step 0 is float32 rounding of an exact symmetry: its digits are the
-  // kernels' (1.7e-7 to 2.0e-7 across CPUs), its size is not.
-  EXPECT_GT(at_step(paper_cpu, 0).logit_drift, 5e-8);
-  EXPECT_LT(at_step(paper_cpu, 0).logit_drift, 5e-7);
+    ASSERT_EQ(gauge.protocol, twins::Protocol::kPaperCpu);
+    const PairResult paper_cpu = twins::run_pair(gauge);
+    ASSERT_EQ(paper_cpu.status, twins::PairStatus::kOk);
+    EXPECT_LT(relative(at_step(paper_cpu, 1).logit_drift, 3.6192013e-3), 1e-4);
+    EXPECT_EQ(fmt::format("{:.1e}", at_step(paper_cpu, 1).logit_drift),
+              "3.6e-03");
+    // Step 0 is float32 rounding of an exact symmetry: its digits are the
+    // kernels' (1.7e-7 to 2.0e-7 across CPUs), its size is not.
+    EXPECT_GT(at_step(paper_cpu, 0).logit_drift, 5e-8);
+    EXPECT_LT(at_step(paper_cpu, 0).logit_drift, 5e-7);
 
-  gauge.protocol = twins::Protocol::kTwins;
-  const PairResult own = twins::run_pair(gauge);
-  EXPECT_GT(relative(at_step(own, 1).logit_drift, 3.6192013e-3), 5e-2);
+    gauge.protocol = twins::Protocol::kTwins;
+    const PairResult own = twins::run_pair(gauge);
+    EXPECT_GT(relative(at_step(own, 1).logit_drift, 3.6192013e-3), 5e-2);
+  }
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "model/gemm.h"
+
 namespace twins {
 
 namespace {
@@ -163,16 +165,24 @@ bool NumericEnv::known() const {
 bool NumericEnv::operator==(const NumericEnv& other) const {
   return torch == other.torch && blas == other.blas &&
          blas_core == other.blas_core &&
-         cpu_capability == other.cpu_capability && device == other.device;
+         cpu_capability == other.cpu_capability && device == other.device &&
+         matmul == other.matmul;
 }
 
 const NumericEnv& numeric_env(const std::string& device) {
   static std::mutex mutex;
   static std::map<std::string, NumericEnv> computed;
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = computed.find(device);
-  if (it == computed.end())
-    it = computed.emplace(device, compute(device)).first;
+  const bool cuda = device.rfind("cuda", 0) == 0;
+  const std::string matmul =
+      cuda ? "blas" : model::matmul_name(model::matmul());
+  const std::string key = device + "|" + matmul;
+  auto it = computed.find(key);
+  if (it == computed.end()) {
+    NumericEnv env = compute(device);
+    env.matmul = matmul;
+    it = computed.emplace(key, env).first;
+  }
   return it->second;
 }
 
@@ -181,7 +191,8 @@ nlohmann::json to_json(const NumericEnv& env) {
           {"blas", env.blas},
           {"blas_core", env.blas_core},
           {"cpu_capability", env.cpu_capability},
-          {"device", env.device}};
+          {"device", env.device},
+          {"matmul", env.matmul}};
 }
 
 NumericEnv numeric_env_from_json(const nlohmann::json& object) {
@@ -192,6 +203,7 @@ NumericEnv numeric_env_from_json(const nlohmann::json& object) {
   env.blas_core = env_text(object, "blas_core");
   env.cpu_capability = env_text(object, "cpu_capability");
   env.device = env_text(object, "device");
+  env.matmul = object.contains("matmul") ? env_text(object, "matmul") : "blas";
   return env;
 }
 
@@ -206,7 +218,8 @@ std::string environment_difference(const NumericEnv& first,
       {"blas", &NumericEnv::blas},
       {"blas_core", &NumericEnv::blas_core},
       {"cpu_capability", &NumericEnv::cpu_capability},
-      {"device", &NumericEnv::device}};
+      {"device", &NumericEnv::device},
+      {"matmul", &NumericEnv::matmul}};
   std::string out;
   for (const auto& [name, part] : parts) {
     if (part == &NumericEnv::device && !gpus)

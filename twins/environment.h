@@ -22,6 +22,10 @@ struct NumericEnv {
   std::string blas_core = kUnknownEnvironment;       // OpenBLAS: "Haswell"
   std::string cpu_capability = kUnknownEnvironment;  // "default", "avx2", ...
   std::string device = kUnknownEnvironment;  // "cpu: <model>", "cuda: <GPU>"
+  // The model's products on the CPU (model/gemm.h, --matmul): "blas" or
+  // "fma-chain". A record written before the field existed used the BLAS:
+  // read back as "blas". On CUDA always "blas" (cuBLAS).
+  std::string matmul = "blas";
 
   // False for a record without the field: it matches any environment.
   bool known() const;
@@ -29,7 +33,8 @@ struct NumericEnv {
 };
 
 // This process's environment for pairs on `device` ("cpu", "cuda",
-// "cuda:N"); computed once per device and process.
+// "cuda:N") under the process's --matmul; computed once per device and
+// process (the matmul part when asked).
 const NumericEnv& numeric_env(const std::string& device);
 
 nlohmann::json to_json(const NumericEnv& env);

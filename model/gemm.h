@@ -1,0 +1,68 @@
+// twins' own matrix products for the CPU: every entry of C = A B is one
+// chain of fused multiply-adds in index order (model/gemm_kernels.h), so
+// its bits are the same whichever of the kernels computes it — AVX-512 or
+// AVX2, any tiling, any thread count — where a BLAS's depend on the core
+// type it picked. Chosen per process (--matmul, docs/performance.md); the
+// model's linear maps take it where SpeedPaths::fma_chain says so.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace model {
+
+// How the model's linear maps multiply on the CPU.
+enum class Matmul {
+  kBlas,  // LibTorch's matmul (OpenBLAS, MKL): what every record so far used
+  kFmaChain,  // the kernels here
+};
+
+// Throws naming the value unless it is "blas", "fma-chain" or "auto" (the
+// kernels here where this CPU has them, else blas); "fma-chain" on a CPU
+// without AVX2 and FMA throws too.
+Matmul parse_matmul(const std::string& name);
+std::string matmul_name(Matmul matmul);  // "blas", "fma-chain"
+
+// The process's choice, kBlas until set. Set it before the first pair is
+// built: records name it in their numeric environment, which is read once.
+void set_matmul(Matmul matmul);
+Matmul matmul();
+
+// set_matmul for one scope, put back at its end (the bench's rows, tests).
+class ScopedMatmul {
+ public:
+  explicit ScopedMatmul(Matmul matmul) : before_(model::matmul()) {
+    set_matmul(matmul);
+  }
+  ~ScopedMatmul() { set_matmul(before_); }
+  ScopedMatmul(const ScopedMatmul&) = delete;
+  ScopedMatmul& operator=(const ScopedMatmul&) = delete;
+
+ private:
+  Matmul before_;
+};
+
+// The instruction set of the kernels on this CPU: "avx512", "avx2", or
+// "none" (no AVX2 with FMA: only kBlas).
+enum class Isa { kNone, kAvx2, kAvx512 };
+Isa best_isa();
+std::string isa_name(Isa isa);
+
+// C = A B for 2-D float32 or float64 CPU tensors of one dtype; A of any
+// strides, B's rows made contiguous. `isa` below best_isa() picks a slower
+// kernel (the tests compare them). Splits C's rows over ATen's intra-op
+// threads.
+torch::Tensor chain_mm(const torch::Tensor& a, const torch::Tensor& b,
+                       Isa isa = best_isa());
+
+// One core's FMA peak in GFLOP/s for `dtype` with `isa`'s kernels: their
+// tile's FMAs on registers alone, timed on this thread (a median of a few
+// runs of about 20 ms each). The bench's "% of FMA peak".
+double fma_peak_gflops(torch::Dtype dtype, Isa isa = best_isa());
+
+// x W^T for x (..., in) and W (out, in), differentiable in both: forward
+// and both gradients (dX = dY W, dW = dY^T X) by chain_mm.
+torch::Tensor chain_linear(const torch::Tensor& x, const torch::Tensor& w);
+
+}  // namespace model

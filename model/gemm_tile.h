@@ -1,0 +1,191 @@
+// The body of the kernels of model/gemm_kernels.h, written once over a
+// vector type and included by each instruction set's file, which supplies
+// the vector type (`V`: T, kWidth, zero, load, load_first, store,
+// store_first, broadcast, fma). Included only there, inside an unnamed
+// namespace: each file's copy is its own.
+//
+// A C tile of kRows rows and kVectors vectors is held in registers while p
+// runs from 0 to k - 1: per p, kVectors loads of B's row and kRows
+// broadcasts of A's column, kRows * kVectors independent FMAs. The chain
+// per entry is the contract: no splitting of k, no partial sums.
+
+// A compile-time switch passed as a value (std::bool_constant without
+// <type_traits>: this file includes nothing).
+template <bool kValue>
+struct Flag {
+  static constexpr bool value = kValue;
+};
+
+// One tile: rows i0 .. i0 + kRows of C, columns j0 + the panel's kVectors
+// vectors. B is read from `b` (row stride `ldb`, the panel's first
+// column); with kEdge the last vector of C holds `last_width` columns, and
+// with kMaskB B's last vector is read only that wide too (an unpacked B:
+// a packed one is padded with zeros).
+template <class V, int kRows, int kVectors, bool kEdge, bool kMaskB>
+void tile(const gemm::Operands<typename V::T>& g, const typename V::T* b,
+          int64_t ldb, int64_t i0, int64_t j0, int last_width) {
+  using T = typename V::T;
+  typename V::Reg acc[kRows][kVectors];
+  T* c = g.c + i0 * g.ldc + j0;
+  for (int r = 0; r < kRows; ++r) {
+    for (int v = 0; v < kVectors; ++v) {
+      const bool edge = kEdge && v == kVectors - 1;
+      acc[r][v] = !g.accumulate ? V::zero()
+                  : edge
+                      ? V::load_first(c + r * g.ldc + v * V::kWidth, last_width)
+                      : V::load(c + r * g.ldc + v * V::kWidth);
+    }
+  }
+  const T* a = g.a + i0 * g.a_row;
+  for (int64_t p = 0; p < g.k; ++p, a += g.a_col, b += ldb) {
+    typename V::Reg row[kVectors];
+    for (int v = 0; v < kVectors; ++v) {
+      const bool edge = kMaskB && v == kVectors - 1;
+      row[v] = edge ? V::load_first(b + v * V::kWidth, last_width)
+                    : V::load(b + v * V::kWidth);
+    }
+    for (int r = 0; r < kRows; ++r) {
+      const typename V::Reg x = V::broadcast(a + r * g.a_row);
+      for (int v = 0; v < kVectors; ++v)
+        acc[r][v] = V::fma(x, row[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int v = 0; v < kVectors; ++v) {
+      const bool edge = kEdge && v == kVectors - 1;
+      if (edge)
+        V::store_first(c + r * g.ldc + v * V::kWidth, acc[r][v], last_width);
+      else
+        V::store(c + r * g.ldc + v * V::kWidth, acc[r][v]);
+    }
+  }
+}
+
+// A row block of fewer than kRows rows: the same tile with `rows` rows.
+template <class V, int kRows, int kVectors, bool kEdge, bool kMaskB>
+void short_tile(const gemm::Operands<typename V::T>& g, const typename V::T* b,
+                int64_t ldb, int64_t i0, int64_t j0, int rows, int last_width) {
+  if constexpr (kRows > 1) {
+    if (rows == kRows - 1)
+      return tile<V, kRows - 1, kVectors, kEdge, kMaskB>(g, b, ldb, i0, j0,
+                                                         last_width);
+    return short_tile<V, kRows - 1, kVectors, kEdge, kMaskB>(g, b, ldb, i0, j0,
+                                                             rows, last_width);
+  }
+}
+
+// Copies the panel's k x (kVectors * kWidth) block of B into g.pack, rows
+// contiguous, columns past `width` zero: one stream the tiles read in
+// order, where B's own rows (ldb apart, 1 KiB for 256 float32 columns)
+// fall on a few L1 sets and evict each other.
+template <class V, int kVectors>
+void pack_panel(const gemm::Operands<typename V::T>& g, int64_t j0,
+                int64_t width) {
+  constexpr int64_t kPanel = int64_t(kVectors) * V::kWidth;
+  const typename V::T* b = g.b + j0;
+  typename V::T* out = g.pack;
+  for (int64_t p = 0; p < g.k; ++p, b += g.ldb, out += kPanel) {
+    for (int v = 0; v < kVectors; ++v) {
+      const int64_t left = width - int64_t(v) * V::kWidth;
+      const int n = int(left >= V::kWidth ? V::kWidth : left > 0 ? left : 0);
+      V::store(out + v * V::kWidth, n == V::kWidth
+                                        ? V::load(b + v * V::kWidth)
+                                        : V::load_first(b + v * V::kWidth, n));
+    }
+  }
+}
+
+// A column panel j0 .. j0 + kVectors * kWidth (its last vector
+// `last_width` wide) over every row block, from B packed or in place.
+template <class V, int kRows, int kVectors, bool kEdge>
+void panel(const gemm::Operands<typename V::T>& g, int64_t j0, int last_width) {
+  constexpr int64_t kPanel = int64_t(kVectors) * V::kWidth;
+  // Packed when more than one row block reads the panel and B's rows are
+  // not already the panel's (ldb == its width).
+  const bool packed = g.pack != nullptr && g.m > kRows && g.ldb != kPanel;
+  if (packed) {
+    pack_panel<V, kVectors>(g, j0, kPanel - V::kWidth + last_width);
+  }
+  auto each_block = [&](auto mask_b) {
+    constexpr bool kMaskB = decltype(mask_b)::value;
+    const typename V::T* b = packed ? g.pack : g.b + j0;
+    const int64_t ldb = packed ? kPanel : g.ldb;
+    int64_t i0 = 0;
+    for (; i0 + kRows <= g.m; i0 += kRows)
+      tile<V, kRows, kVectors, kEdge, kMaskB>(g, b, ldb, i0, j0, last_width);
+    if (i0 < g.m)
+      short_tile<V, kRows, kVectors, kEdge, kMaskB>(g, b, ldb, i0, j0,
+                                                    int(g.m - i0), last_width);
+  };
+  if (kEdge && !packed)
+    each_block(Flag<true>{});
+  else
+    each_block(Flag<false>{});
+}
+
+// The columns left after the full panels: 1 .. kVectors vectors, the last
+// one partial or full.
+template <class V, int kRows, int kVectors>
+void edge_panel(const gemm::Operands<typename V::T>& g, int64_t j0, int vectors,
+                int last_width) {
+  if constexpr (kVectors > 0) {
+    if (vectors == kVectors) {
+      if (last_width == V::kWidth)
+        return panel<V, kRows, kVectors, false>(g, j0, last_width);
+      return panel<V, kRows, kVectors, true>(g, j0, last_width);
+    }
+    return edge_panel<V, kRows, kVectors - 1>(g, j0, vectors, last_width);
+  }
+}
+
+template <class V, int kRows, int kVectors>
+void multiply(const gemm::Operands<typename V::T>& g) {
+  if (g.m <= 0 || g.n <= 0)
+    return;
+  constexpr int64_t kPanel = int64_t(kVectors) * V::kWidth;
+  static_assert(kPanel <= gemm::kPackWidth, "the pack holds one panel");
+  int64_t j0 = 0;
+  for (; j0 + kPanel <= g.n; j0 += kPanel)
+    panel<V, kRows, kVectors, false>(g, j0, V::kWidth);
+  if (j0 < g.n) {
+    const int64_t left = g.n - j0;
+    const int vectors = int((left + V::kWidth - 1) / V::kWidth);
+    const int last_width = int(left - int64_t(vectors - 1) * V::kWidth);
+    edge_panel<V, kRows, kVectors>(g, j0, vectors, last_width);
+  }
+}
+
+// The FMA peak probe: the tile's kRows * kVectors chains of FMAs, each
+// with its own pair of multiplicands as in the tile, on registers alone,
+// `rounds` times: what one core's FMA units do at most. (One shared pair
+// of multiplicands ran at half the rate on a Xeon with AVX-512, below what
+// the tile itself reaches.) Returns a lane of the sum, so that the work is
+// kept.
+template <class V, int kRows, int kVectors>
+typename V::T fma_loop(int64_t rounds) {
+  using T = typename V::T;
+  typename V::Reg acc[kRows][kVectors], x[kRows], y[kVectors];
+  for (int r = 0; r < kRows; ++r) {
+    const T value = T(1) - T(0.01) * T(r);
+    x[r] = V::broadcast(&value);
+  }
+  for (int v = 0; v < kVectors; ++v) {
+    const T value = T(1e-7) * T(v + 1);
+    y[v] = V::broadcast(&value);
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVectors; ++v)
+      acc[r][v] = V::zero();
+  for (int64_t i = 0; i < rounds; ++i) {
+    for (int r = 0; r < kRows; ++r)
+      for (int v = 0; v < kVectors; ++v)
+        acc[r][v] = V::fma(x[r], y[v], acc[r][v]);
+  }
+  T out[V::kWidth];
+  typename V::Reg sum = V::zero();
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVectors; ++v)
+      sum = V::fma(x[0], acc[r][v], sum);
+  V::store(out, sum);
+  return out[0];
+}
