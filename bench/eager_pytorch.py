@@ -242,6 +242,9 @@ def parse_args():
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile (inductor) the models' forward and "
                          "backward and the optimizers' steps")
+    ap.add_argument("--compile-mode", default="default",
+                    choices=["default", "reduce-overhead", "max-autotune"],
+                    help="torch.compile's mode with --compile")
     return ap.parse_args()
 
 
@@ -310,8 +313,9 @@ def train(a, models, opts, batches, val, cuda, device):
     forwards = [m1, m2]
     steps = [[o.step for o in os_] for os_ in opts]
     if a.compile:
-        forwards = [torch.compile(m) for m in forwards]
-        steps = [[torch.compile(s) for s in ss] for ss in steps]
+        forwards = [torch.compile(m, mode=a.compile_mode) for m in forwards]
+        steps = [[torch.compile(s, mode=a.compile_mode) for s in ss]
+                 for ss in steps]
     checkpoints = sorted({s for s in (0, 1, 10, 50, 100, 300, 600, 1000,
                                       1500, 2000, 3000) if s <= a.steps}
                          | {a.steps})
@@ -383,6 +387,7 @@ def main():
     print(json.dumps(dict(
         task=a.task, opt=a.opt, twin=a.twin, steps=a.steps, dtype=a.dtype,
         threads=a.threads, device=a.device, compile=a.compile,
+        compile_mode=a.compile_mode if a.compile else None,
         init_seed=a.init_seed, twin_seed=seed,
         torch_version=torch.__version__, init_checksum=checksum,
         curve=curve, s_per_pair_step=statistics.median(timed),

@@ -13,7 +13,8 @@ default shape) it times, side by side in one run:
   CPU side of the CUDA wheel, scripts/torch-venv.sh): bench/eager_pytorch.py;
 - torch.compile of the same training step under 2.11 (inductor, CPU):
   bench/eager_pytorch.py --compile (its compilation is in the warm-up
-  steps, outside the timing, and reported apart).
+  steps, outside the timing, and reported apart); with --max-autotune also
+  its mode="max-autotune".
 
 Every figure is the median over --runs whole processes (a process's own
 figure is its median over timed steps), the peers interleaved round by round
@@ -97,6 +98,9 @@ def main():
     ap.add_argument("--python211", default=None,
                     help="default: the venv of scripts/torch-venv.sh")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--max-autotune", action="store_true",
+                    help="also torch.compile(mode='max-autotune'), whose "
+                         "warm-up tunes every product's kernel")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     py211 = a.python211 or venv_python()
@@ -113,6 +117,11 @@ def main():
     if not a.no_compile:
         for t in (1, cores):
             peers.append(("compile 2.11", py211, ["--compile"], t, t))
+        if a.max_autotune:
+            for t in (1, cores):
+                peers.append(("compile max-autotune 2.11", py211,
+                              ["--compile", "--compile-mode", "max-autotune"],
+                              t, t))
 
     results = {"date": time.strftime("%Y-%m-%d %H:%M"), "cores": cores,
                "rows": {}}

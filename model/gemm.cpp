@@ -20,6 +20,7 @@ Isa detect_isa() {
   return Isa::kNone;  // not an x86-64 build: no kernels were compiled
 #else
   // libgcc's test includes the operating system's support (XCR0).
+  __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f"))
     return Isa::kAvx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))

@@ -167,6 +167,55 @@ TEST(BenchCommand, QuickRunWritesRowsWithPositiveFigures) {
   fs::remove_all(dir);
 }
 
+// The FMA-chain row runs the same pair on twins' kernels and says so; the
+// kernel table names every linear-map product shape of the mod47 step
+// once, with how many of the step's products have it, and positive
+// figures.
+TEST(BenchCommand, TheKernelRowAndTableRunWhereTheCpuHasTheKernels) {
+  if (model::best_isa() == model::Isa::kNone)
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  const fs::path dir = fs::temp_directory_path() /
+                       ("twins-bench-fma-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string row = (dir / "row.json").string();
+  const std::string table = (dir / "kernels.json").string();
+  const std::string quiet = " > '" + (dir / "log").string() + "' 2>&1";
+  ASSERT_EQ(std::system((std::string("'") + TWIN_RUN_PATH +
+                         "' bench --quick --rows mod47-f32-fma --out '" + row +
+                         "'" + quiet)
+                            .c_str()),
+            0);
+  std::ifstream r(row);
+  const auto j = nlohmann::json::parse(r);
+  ASSERT_EQ(j["rows"].size(), 1u);
+  EXPECT_EQ(j["rows"][0]["matmul"], "fma-chain");
+  EXPECT_GT(j["rows"][0]["s_per_pair_step"].get<double>(), 0);
+  ASSERT_EQ(std::system((std::string("'") + TWIN_RUN_PATH +
+                         "' bench --kernels --quick --out '" + table + "'" +
+                         quiet)
+                            .c_str()),
+            0);
+  std::ifstream t(table);
+  const auto k = nlohmann::json::parse(t);
+  for (const char* dtype : {"float32", "float64"}) {
+    ASSERT_TRUE(k["kernels"].contains(dtype)) << dtype;
+    int products = 0;
+    for (const auto& f : k["kernels"][dtype]) {
+      products += f["count"].get<int>();
+      EXPECT_GT(f["blas_gflops"].get<double>(), 0);
+      EXPECT_GT(f["fma_chain_gflops"].get<double>(), 0);
+      EXPECT_GT(f["fma_peak_gflops"].get<double>(), 0);
+    }
+    // Every product of the step but attention's (batch > 1).
+    model::ModelConfig cfg;
+    int want = 0;
+    for (const auto& s : model::training_step_matmuls(cfg, 883, 3))
+      want += s.batch == 1;
+    EXPECT_EQ(products, want) << dtype;
+  }
+  fs::remove_all(dir);
+}
+
 // A row name longer than the column (mod47-f32-rope-gqa) widens it: every
 // line's columns start where the header's do.
 TEST(BenchTable, ColumnsLineUpWhateverTheRowNames) {

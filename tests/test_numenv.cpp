@@ -11,10 +11,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "binary_helpers.h"
+#include "model/gemm.h"
 #include "twins/environment.h"
 #include "twins/record.h"
 
@@ -132,6 +135,62 @@ TEST(NumericEnv, AResumeUnderAnotherEnvironmentIsRefused) {
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(o.err, "");
   EXPECT_EQ(count_lines(slurp(dir / "old.jsonl")), 2);
+  fs::remove_all(dir);
+}
+
+// --matmul fma-chain is part of the environment: its records say so, a
+// run on the BLAS's products does not append to them (nor they to its),
+// both keep the identity twin at exactly 0, and the choice is the same
+// bits under --jobs and --threads. A record written before the field
+// existed reads as blas. An unknown value is refused in one line.
+TEST(NumericEnv, TheMatmulChoiceIsPartOfTheEnvironment) {
+  const fs::path dir = fresh_dir("numenv-matmul");
+  Outcome o = twin_run(kPair + " --matmul cublas --out x.jsonl", dir);
+  EXPECT_NE(o.code, 0);
+  EXPECT_EQ(count_lines(o.err), 1) << o.err;
+  EXPECT_NE(o.err.find("--matmul"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("cublas"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(dir / "x.jsonl"));
+  if (model::best_isa() == model::Isa::kNone)
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  const std::string pairs = "--task mod11 --opt adam,sgd --twin gauge,identity "
+                            "--steps 3 --quiet --matmul fma-chain";
+  ASSERT_EQ(twin_run(pairs + " --out f.jsonl", dir).code, 0);
+  ASSERT_EQ(twin_run(pairs + " --jobs 1 --threads 1 --out f1.jsonl", dir).code,
+            0);
+  const std::string records = slurp(dir / "f.jsonl");
+  std::istringstream lines(records);
+  std::istringstream lines1(slurp(dir / "f1.jsonl"));
+  std::map<std::string, json> by_key;
+  for (std::string line; std::getline(lines1, line);) {
+    json j = json::parse(line);
+    by_key[j.at("key").get<std::string>()] = j;
+  }
+  int n = 0;
+  for (std::string line; std::getline(lines, line); ++n) {
+    const json j = json::parse(line);
+    EXPECT_EQ(j["numeric_env"]["matmul"], "fma-chain");
+    const json& other = by_key.at(j.at("key").get<std::string>());
+    EXPECT_EQ(j["curve"], other["curve"]) << j["key"];
+    if (j["twin"] == "identity") {
+      for (const auto& point : j["curve"])
+        EXPECT_EQ(point["logit_drift"].get<double>(), 0.0) << j["key"];
+    }
+  }
+  EXPECT_EQ(n, 4);
+  // Resumed on the BLAS's products: refused, naming the difference.
+  o = twin_run("--task mod11 --opt adam,sgd,muon --twin gauge,identity "
+               "--steps 3 --quiet --out f.jsonl",
+               dir);
+  EXPECT_NE(o.code, 0);
+  EXPECT_EQ(count_lines(o.err), 1) << o.err;
+  EXPECT_NE(o.err.find("matmul fma-chain vs blas"), std::string::npos)
+      << o.err;
+  EXPECT_EQ(slurp(dir / "f.jsonl"), records) << "the file was changed";
+  // A record without the field is a blas record.
+  json old = json::parse(records.substr(0, records.find('\n')));
+  old["numeric_env"].erase("matmul");
+  EXPECT_EQ(twins::numeric_env_from_json(old["numeric_env"]).matmul, "blas");
   fs::remove_all(dir);
 }
 
