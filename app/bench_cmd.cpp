@@ -68,6 +68,11 @@ int run_bench(const BenchFlags& flags) {
   // Before the benchmark runs, not after: a bad --out costs nothing.
   bench::check_bench_output(path);
   if (flags.kernels) {
+    // The table times the CPU kernels alone: nothing of a row applies.
+    TORCH_CHECK(flags.options.rows.empty() && !flags.options.vs_pytorch &&
+                    flags.options.device == "cpu",
+                "--kernels times each product shape on the CPU alone; it "
+                "takes no --rows, --vs-pytorch or --device");
     const int repeats = flags.options.quick ? 1 : flags.options.repeats;
     nlohmann::json j;
     std::string tables;

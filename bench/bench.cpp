@@ -200,6 +200,8 @@ double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
   auto pass = [&](Operands& o) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       if (shapes[i].batch == 1 && chained) {
+        // A new output per product, as in the step (chain_mm has no out
+        // form): a harsher replay than the BLAS's into kept outputs.
         o.c[i] = model::chain_mm(o.a[i][0], o.b[i][0]);
       } else if (shapes[i].batch == 1) {
         torch::Tensor c = o.c[i][0];

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
@@ -197,6 +198,20 @@ TEST(BenchCommand, TheKernelRowAndTableRunWhereTheCpuHasTheKernels) {
             0);
   std::ifstream t(table);
   const auto k = nlohmann::json::parse(t);
+  EXPECT_EQ(k["rows"].size(), 0u);
+  // Nothing of a row applies to the table: refused, nothing written.
+  const std::string refused = (dir / "refused.json").string();
+  const std::string err = (dir / "err").string();
+  EXPECT_NE(std::system((std::string("'") + TWIN_RUN_PATH +
+                         "' bench --kernels --rows mod47-f32 --out '" +
+                         refused + "' > /dev/null 2>'" + err + "'")
+                            .c_str()),
+            0);
+  std::ifstream e(err);
+  const std::string message((std::istreambuf_iterator<char>(e)),
+                            std::istreambuf_iterator<char>());
+  EXPECT_NE(message.find("--kernels"), std::string::npos) << message;
+  EXPECT_FALSE(fs::exists(refused));
   for (const char* dtype : {"float32", "float64"}) {
     ASSERT_TRUE(k["kernels"].contains(dtype)) << dtype;
     int products = 0;
