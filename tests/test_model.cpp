@@ -665,6 +665,40 @@ TEST(FmaChain, ChainLinearIsTheLinearMapWithItsGradients) {
   }
 }
 
+// Under --matmul fma-chain, forward() takes the kernels on every model
+// the CPU runs, the rotary / grouped-query one included (whose attention
+// keeps LibTorch's W_O): the reference function and gradients to 1e-13,
+// other bits than the BLAS's.
+TEST(FmaChain, ForwardTakesThemWhenTheProcessChoseThem) {
+  if (runnable_isas().empty())
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  for (bool rope_gqa : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "rope_gqa " << rope_gqa);
+    model::ModelConfig config = path_model(true, 6)->config();
+    config.rope = rope_gqa;
+    config.kv_heads = rope_gqa ? 2 : 0;
+    auto m = model::build(config, 11, torch::kDouble, torch::kCPU);
+    torch::manual_seed(5);
+    const torch::Tensor tokens = torch::randint(0, 5, {9, 6});
+    const Pass ref = run_pass(m, m->reference_forward(tokens));
+    const Pass blas = run_pass(m, m->forward(tokens));
+    Pass chained;
+    {
+      const model::ScopedMatmul scope(model::Matmul::kFmaChain);
+      EXPECT_TRUE(model::speed_paths(config, 9, 6, false).fma_chain);
+      EXPECT_FALSE(model::speed_paths(config, 9, 6, true).fma_chain);
+      chained = run_pass(m, m->forward(tokens));
+    }
+    EXPECT_LE(relative_gap(chained.out, ref.out), 1e-13);
+    bool differs = !chained.out.equal(blas.out);
+    for (size_t i = 0; i < ref.grads.size(); ++i) {
+      EXPECT_LE(relative_gap(chained.grads[i], ref.grads[i]), 1e-13) << i;
+      differs = differs || !chained.grads[i].equal(blas.grads[i]);
+    }
+    EXPECT_TRUE(differs) << "the kernels were not taken";
+  }
+}
+
 TEST(FmaChain, UnknownChoicesAndOperandsAreRefused) {
   try {
     model::parse_matmul("cublas");
