@@ -10,11 +10,11 @@
 
 namespace model::gemm {
 
-// C (m x n) = A (m x k) B (k x n), or C += A B with `accumulate`.
+// C (m x n) = A (m x k) B (k x n).
 // A(i, p) is a[i * a_row + p * a_col] (any strides: a transposed operand
 // is read in place); B's rows are contiguous, b[p * ldb + j]; C's too,
 // c[i * ldc + j]. Every C entry is one chain of fused multiply-adds in
-// the order p = 0, 1, ..., k - 1, starting from 0 (or from C): its bits
+// the order p = 0, 1, ..., k - 1, starting from 0: its bits
 // depend on nothing else — not on the instruction set, the tiling or the
 // thread that computes it.
 template <typename T>
@@ -26,7 +26,6 @@ struct Operands {
   T* c = nullptr;
   int64_t ldc = 0;
   int64_t m = 0, n = 0, k = 0;
-  bool accumulate = false;
   // Room for k * kPackWidth entries, where a panel of B is copied before
   // the row blocks read it (gemm_tile.h's pack_panel), or null: B read in
   // place. The caller owns it: no allocation here.

@@ -27,15 +27,8 @@ void tile(const gemm::Operands<typename V::T>& g, const typename V::T* b,
   using T = typename V::T;
   typename V::Reg acc[kRows][kVectors];
   T* c = g.c + i0 * g.ldc + j0;
-  for (int r = 0; r < kRows; ++r) {
-    for (int v = 0; v < kVectors; ++v) {
-      const bool edge = kEdge && v == kVectors - 1;
-      acc[r][v] = !g.accumulate ? V::zero()
-                  : edge
-                      ? V::load_first(c + r * g.ldc + v * V::kWidth, last_width)
-                      : V::load(c + r * g.ldc + v * V::kWidth);
-    }
-  }
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < kVectors; ++v) acc[r][v] = V::zero();
   const T* a = g.a + i0 * g.a_row;
   for (int64_t p = 0; p < g.k; ++p, a += g.a_col, b += ldb) {
     typename V::Reg row[kVectors];
