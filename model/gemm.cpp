@@ -14,6 +14,7 @@ namespace model {
 namespace {
 
 std::atomic<Matmul> g_matmul{Matmul::kBlas};
+std::atomic<int64_t> g_chain_products{0};
 
 Isa detect_isa() {
 #if !defined(__x86_64__)
@@ -130,6 +131,8 @@ Matmul matmul() {
   return g_matmul;
 }
 
+int64_t chain_products() { return g_chain_products; }
+
 Isa best_isa() {
   static const Isa isa = detect_isa();
   return isa;
@@ -162,6 +165,7 @@ torch::Tensor chain_mm(const torch::Tensor& a, const torch::Tensor& b,
   const torch::Tensor rows =
       b.stride(1) == 1 && b.stride(0) >= b.size(1) ? b : b.contiguous();
   torch::Tensor c = torch::empty({a.size(0), b.size(1)}, a.options());
+  ++g_chain_products;
   if (a.scalar_type() == torch::kFloat)
     multiply<float>(isa, a, rows, c);
   else

@@ -61,6 +61,11 @@ torch::Tensor chain_mm(const torch::Tensor& a, const torch::Tensor& b,
 // runs of about 20 ms each). The bench's "% of FMA peak".
 double fma_peak_gflops(torch::Dtype dtype, Isa isa = best_isa());
 
+// How many products chain_mm has computed in this process: what shows
+// that a pass took the kernels where a BLAS happens to sum in the same
+// order (MKL's small float64 products do) and the bits cannot tell.
+int64_t chain_products();
+
 // x W^T for x (..., in) and W (out, in), differentiable in both: forward
 // and both gradients (dX = dY W, dW = dY^T X) by chain_mm.
 torch::Tensor chain_linear(const torch::Tensor& x, const torch::Tensor& w);
