@@ -177,12 +177,9 @@ torch::Tensor finish_block(BlockImpl& block, const torch::Tensor& x,
                    paths)
           : attention.attend(qkv);  // its W_O by LibTorch
   const torch::Tensor h = (last ? x.narrow(1, x.size(1) - 1, 1) : x) + attended;
-  if (!paths.fma_chain)
-    return h + block.mlp(norm(block.norm2, h, paths));
-  return h +
-         linear(block.w2,
-                F::silu(linear(block.w1, norm(block.norm2, h, paths), paths)),
-                paths);
+  // BlockImpl::mlp's W2 silu(W1 n), each product by `paths`.
+  const torch::Tensor n = norm(block.norm2, h, paths);
+  return h + linear(block.w2, F::silu(linear(block.w1, n, paths)), paths);
 }
 
 // The first block with its token-wise work done once per row of a table of

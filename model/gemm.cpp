@@ -65,7 +65,8 @@ void multiply(Isa isa, const torch::Tensor& a, const torch::Tensor& b,
   at::parallel_for(0, g.m, grain, [&](int64_t begin, int64_t end) {
     // Each thread's room for a packed panel of B, kept between calls.
     thread_local std::vector<T> pack;
-    pack.resize(std::max<size_t>(pack.size(), g.k * gemm::kPackWidth));
+    if (pack.size() < size_t(g.k * gemm::kPackWidth))
+      pack.resize(g.k * gemm::kPackWidth);
     gemm::Operands<T> part = g;
     part.a = g.a + begin * g.a_row;
     part.c = g.c + begin * g.ldc;

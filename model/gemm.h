@@ -45,6 +45,7 @@ class ScopedMatmul {
 
 // The instruction set of the kernels on this CPU: "avx512", "avx2", or
 // "none" (no AVX2 with FMA: only kBlas).
+// In order: a CPU runs every one up to its best.
 enum class Isa { kNone, kAvx2, kAvx512 };
 Isa best_isa();
 std::string isa_name(Isa isa);
