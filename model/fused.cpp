@@ -177,9 +177,11 @@ torch::Tensor finish_block(BlockImpl& block, const torch::Tensor& x,
                    paths)
           : attention.attend(qkv);  // its W_O by LibTorch
   const torch::Tensor h = (last ? x.narrow(1, x.size(1) - 1, 1) : x) + attended;
-  // BlockImpl::mlp's W2 silu(W1 n), each product by `paths`.
+  // BlockImpl::mlp's W2 silu(W1 n); on the kernels with SiLU in their
+  // stores.
   const torch::Tensor n = norm(block.norm2, h, paths);
-  return h + linear(block.w2, F::silu(linear(block.w1, n, paths)), paths);
+  return h + (paths.fma_chain ? chain_mlp(n, block.w1->weight, block.w2->weight)
+                              : block.mlp(n));
 }
 
 // The first block with its token-wise work done once per row of a table of

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "model/gemm_kernels.h"
@@ -42,12 +44,22 @@ void run_kernel(Isa isa, const gemm::Operands<T>& g) {
 #endif
 }
 
+// What the kernels do with C's entries (gemm_kernels.h's epilogues), with
+// the tensors of C's layout that they write or read.
+struct Finish {
+  int epilogue = gemm::kStore;
+  torch::Tensor sig, act;
+};
+
 // The rows of C are shared among the intra-op threads in blocks of whole
 // kernel tiles, each big enough to be worth a thread.
 template <typename T>
 void multiply(Isa isa, const torch::Tensor& a, const torch::Tensor& b,
-              torch::Tensor& c) {
+              torch::Tensor& c, const Finish& finish) {
   gemm::Operands<T> g;
+  g.epilogue = finish.epilogue;
+  g.sig = finish.sig.defined() ? finish.sig.data_ptr<T>() : nullptr;
+  g.act = finish.act.defined() ? finish.act.data_ptr<T>() : nullptr;
   g.a = a.data_ptr<T>();
   g.a_row = a.stride(0);
   g.a_col = a.stride(1);
@@ -70,6 +82,10 @@ void multiply(Isa isa, const torch::Tensor& a, const torch::Tensor& b,
     gemm::Operands<T> part = g;
     part.a = g.a + begin * g.a_row;
     part.c = g.c + begin * g.ldc;
+    if (g.sig)
+      part.sig = g.sig + begin * g.ldc;
+    if (g.act)
+      part.act = g.act + begin * g.ldc;
     part.m = end - begin;
     part.pack = pack.data();
     run_kernel(isa, part);
@@ -102,6 +118,81 @@ class ChainLinear : public torch::autograd::Function<ChainLinear> {
     return {gx, gw};
   }
 };
+
+// W2 silu(W1 x): chain_mlp.
+class ChainMlp : public torch::autograd::Function<ChainMlp> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& w1,
+                               const torch::Tensor& w2) {
+    const torch::Tensor rows = x.reshape({-1, x.size(-1)});  // (N, d)
+    const SiluProduct hidden = chain_mm_silu(rows, w1.t().contiguous());
+    ctx->save_for_backward({rows, w1, w2, hidden.act, hidden.sig});
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = w2.size(0);
+    return chain_mm(hidden.act, w2.t().contiguous()).view(shape);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &rows = saved[0], &w1 = saved[1], &w2 = saved[2],
+                        &act = saved[3], &sig = saved[4];
+    const torch::Tensor gy = grads[0].reshape({-1, w2.size(0)});  // (N, d)
+    // dL/dh, h = W1 x: dY W2 times SiLU'(h), in the product's stores.
+    const torch::Tensor gh = chain_mm_silu_grad(gy, w2, act, sig);
+    std::vector<int64_t> shape = grads[0].sizes().vec();
+    shape.back() = w1.size(1);
+    return {chain_mm(gh, w1).view(shape), chain_mm(gh.t(), rows),
+            chain_mm(gy.t(), act)};
+  }
+};
+
+template <typename T>
+T scalar_exp(T x) {
+  using C = gemm::ExpConstants<T>;
+  if (std::isnan(x))
+    return x;
+  if (x > C::kHi)
+    return std::numeric_limits<T>::infinity();
+  if (x < C::kLo)
+    return T(0);
+  const T n = std::nearbyint(x * C::kLog2e);
+  T r = std::fma(n, -C::kLn2Hi, x);
+  r = std::fma(n, -C::kLn2Lo, r);
+  T p = gemm::exp_coefficient<T>(C::kDegree);
+  for (int k = C::kDegree - 1; k >= 0; --k)
+    p = std::fma(p, r, gemm::exp_coefficient<T>(k));
+  return p * std::ldexp(T(1), static_cast<int>(n));  // 2^n exactly
+}
+
+void check_operands(const torch::Tensor& a, const torch::Tensor& b, Isa isa,
+                    const char* what) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), what,
+              ": cannot multiply ", a.sizes(), " by ", b.sizes());
+  TORCH_CHECK(a.device().is_cpu() && b.device().is_cpu(), what,
+              ": CPU tensors only");
+  TORCH_CHECK(
+      a.scalar_type() == b.scalar_type() && (a.scalar_type() == torch::kFloat ||
+                                             a.scalar_type() == torch::kDouble),
+      what, ": float32 or float64 of one dtype, got ", a.scalar_type(), " and ",
+      b.scalar_type());
+  TORCH_CHECK(isa != Isa::kNone && isa <= best_isa(), what, ": this CPU ",
+              "cannot run the ", isa_name(isa), " kernels");
+}
+
+// C = A B through `finish`, into a new C.
+torch::Tensor product(const torch::Tensor& a, const torch::Tensor& b, Isa isa,
+                      const Finish& finish) {
+  const torch::Tensor rows =
+      b.stride(1) == 1 && b.stride(0) >= b.size(1) ? b : b.contiguous();
+  torch::Tensor c = torch::empty({a.size(0), b.size(1)}, a.options());
+  ++g_chain_products;
+  if (a.scalar_type() == torch::kFloat)
+    multiply<float>(isa, a, rows, c, finish);
+  else
+    multiply<double>(isa, a, rows, c, finish);
+  return c;
+}
 
 }  // namespace
 
@@ -152,26 +243,37 @@ std::string isa_name(Isa isa) {
 
 torch::Tensor chain_mm(const torch::Tensor& a, const torch::Tensor& b,
                        Isa isa) {
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0),
-              "chain_mm: cannot multiply ", a.sizes(), " by ", b.sizes());
-  TORCH_CHECK(a.device().is_cpu() && b.device().is_cpu(),
-              "chain_mm: CPU tensors only");
-  TORCH_CHECK(
-      a.scalar_type() == b.scalar_type() && (a.scalar_type() == torch::kFloat ||
-                                             a.scalar_type() == torch::kDouble),
-      "chain_mm: float32 or float64 of one dtype, got ", a.scalar_type(),
-      " and ", b.scalar_type());
-  TORCH_CHECK(isa != Isa::kNone && isa <= best_isa(), "chain_mm: this CPU ",
-              "cannot run the ", isa_name(isa), " kernels");
-  const torch::Tensor rows =
-      b.stride(1) == 1 && b.stride(0) >= b.size(1) ? b : b.contiguous();
-  torch::Tensor c = torch::empty({a.size(0), b.size(1)}, a.options());
-  ++g_chain_products;
-  if (a.scalar_type() == torch::kFloat)
-    multiply<float>(isa, a, rows, c);
-  else
-    multiply<double>(isa, a, rows, c);
-  return c;
+  check_operands(a, b, isa, "chain_mm");
+  return product(a, b, isa, Finish{});
+}
+
+SiluProduct chain_mm_silu(const torch::Tensor& a, const torch::Tensor& b,
+                          Isa isa) {
+  check_operands(a, b, isa, "chain_mm_silu");
+  Finish finish;
+  finish.epilogue = gemm::kSilu;
+  finish.sig = torch::empty({a.size(0), b.size(1)}, a.options());
+  return {product(a, b, isa, finish), finish.sig};
+}
+
+torch::Tensor chain_mm_silu_grad(const torch::Tensor& a, const torch::Tensor& b,
+                                 const torch::Tensor& act,
+                                 const torch::Tensor& sig, Isa isa) {
+  check_operands(a, b, isa, "chain_mm_silu_grad");
+  for (const torch::Tensor* t : {&act, &sig}) {
+    TORCH_CHECK(t->dim() == 2 && t->size(0) == a.size(0) &&
+                    t->size(1) == b.size(1) &&
+                    t->scalar_type() == a.scalar_type() && t->device().is_cpu(),
+                "chain_mm_silu_grad: the SiLU and sigmoid must be ", a.size(0),
+                " x ", b.size(1), " ", a.scalar_type(), " CPU tensors, got ",
+                t->sizes(), " ", t->scalar_type());
+  }
+  Finish finish;
+  finish.epilogue = gemm::kSiluGrad;
+  // C's layout: product() makes C contiguous.
+  finish.act = act.contiguous();
+  finish.sig = sig.contiguous();
+  return product(a, b, isa, finish);
 }
 
 double fma_peak_gflops(torch::Dtype dtype, Isa isa) {
@@ -195,6 +297,22 @@ double fma_peak_gflops(torch::Dtype dtype, Isa isa) {
   }
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
+}
+
+float fma_exp(float x) {
+  return scalar_exp(x);
+}
+double fma_exp(double x) {
+  return scalar_exp(x);
+}
+
+torch::Tensor chain_mlp(const torch::Tensor& x, const torch::Tensor& w1,
+                        const torch::Tensor& w2) {
+  TORCH_CHECK(w1.dim() == 2 && w2.dim() == 2 && x.dim() >= 1 &&
+                  x.size(-1) == w1.size(1) && w2.size(1) == w1.size(0),
+              "chain_mlp: weights ", w1.sizes(), " and ", w2.sizes(),
+              " do not match input ", x.sizes());
+  return ChainMlp::apply(x, w1, w2);
 }
 
 torch::Tensor chain_linear(const torch::Tensor& x, const torch::Tensor& w) {

@@ -71,4 +71,34 @@ int64_t chain_products();
 // and both gradients (dX = dY W, dW = dY^T X) by chain_mm.
 torch::Tensor chain_linear(const torch::Tensor& x, const torch::Tensor& w);
 
+// exp(x) by the sequence of IEEE operations of the kernels' epilogues
+// (model/gemm_kernels.h, ExpConstants), one value at a time: their
+// reference. Within 2 ulp of exp; +inf above 88 (float32) / 709
+// (float64), 0 below -87 / -708.
+float fma_exp(float x);
+double fma_exp(double x);
+
+// SiLU of each entry h of C = A B, in the kernels' stores: `act` = h sig,
+// `sig` = 1 / (1 + fma_exp(-h)). Each h is the chain chain_mm computes.
+struct SiluProduct {
+  torch::Tensor act, sig;
+};
+SiluProduct chain_mm_silu(const torch::Tensor& a, const torch::Tensor& b,
+                          Isa isa = best_isa());
+
+// Each entry h of C = A B times SiLU's derivative where the forward pass
+// gave `act` and `sig` (chain_mm_silu's, C's shape): h * fma(act, 1 - sig,
+// sig), since SiLU'(z) = sig + z sig (1 - sig).
+torch::Tensor chain_mm_silu_grad(const torch::Tensor& a, const torch::Tensor& b,
+                                 const torch::Tensor& act,
+                                 const torch::Tensor& sig,
+                                 Isa isa = best_isa());
+
+// The block's MLP W2 silu(W1 x) for x (..., d), W1 (f, d), W2 (d, f),
+// differentiable in all three: the products by chain_mm, SiLU in W1's
+// product's stores and its derivative in the stores of dY W2 (no pass of
+// its own over the (..., f) activations).
+torch::Tensor chain_mlp(const torch::Tensor& x, const torch::Tensor& w1,
+                        const torch::Tensor& w2);
+
 }  // namespace model

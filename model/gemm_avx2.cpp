@@ -33,6 +33,31 @@ struct F32 {
   }
   static Reg broadcast(const T* p) { return _mm256_broadcast_ss(p); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static Reg splat(T x) { return _mm256_set1_ps(x); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
+  static Reg div(Reg a, Reg b) { return _mm256_div_ps(a, b); }
+  static Reg min(Reg a, Reg b) { return _mm256_min_ps(a, b); }
+  static Reg max(Reg a, Reg b) { return _mm256_max_ps(a, b); }
+  static Reg nearest(Reg x) {
+    return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // 2^n for integral n in [-126, 127]: n + 127 in the exponent field.
+  static Reg pow2(Reg n) {
+    const __m256i e =
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  }
+  // exp's lanes outside its bounds (gemm::ExpConstants).
+  static Reg exp_limits(Reg x, Reg e) {
+    using C = gemm::ExpConstants<T>;
+    e = _mm256_blendv_ps(e, splat(__builtin_huge_valf()),
+                         _mm256_cmp_ps(x, splat(C::kHi), _CMP_GT_OQ));
+    e = _mm256_blendv_ps(e, zero(),
+                         _mm256_cmp_ps(x, splat(C::kLo), _CMP_LT_OQ));
+    return _mm256_blendv_ps(e, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  }
 };
 
 struct F64 {
@@ -50,6 +75,30 @@ struct F64 {
   }
   static Reg broadcast(const T* p) { return _mm256_broadcast_sd(p); }
   static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_pd(a, b, c); }
+  static Reg splat(T x) { return _mm256_set1_pd(x); }
+  static Reg add(Reg a, Reg b) { return _mm256_add_pd(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm256_sub_pd(a, b); }
+  static Reg mul(Reg a, Reg b) { return _mm256_mul_pd(a, b); }
+  static Reg div(Reg a, Reg b) { return _mm256_div_pd(a, b); }
+  static Reg min(Reg a, Reg b) { return _mm256_min_pd(a, b); }
+  static Reg max(Reg a, Reg b) { return _mm256_max_pd(a, b); }
+  static Reg nearest(Reg x) {
+    return _mm256_round_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // 2^n for integral n in [-1022, 1023]: n + 1023 in the exponent field.
+  static Reg pow2(Reg n) {
+    const __m256i e = _mm256_add_epi64(
+        _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n)), _mm256_set1_epi64x(1023));
+    return _mm256_castsi256_pd(_mm256_slli_epi64(e, 52));
+  }
+  static Reg exp_limits(Reg x, Reg e) {
+    using C = gemm::ExpConstants<T>;
+    e = _mm256_blendv_pd(e, splat(__builtin_huge_val()),
+                         _mm256_cmp_pd(x, splat(C::kHi), _CMP_GT_OQ));
+    e = _mm256_blendv_pd(e, zero(),
+                         _mm256_cmp_pd(x, splat(C::kLo), _CMP_LT_OQ));
+    return _mm256_blendv_pd(e, x, _mm256_cmp_pd(x, x, _CMP_UNORD_Q));
+  }
 };
 
 #include "model/gemm_tile.h"

@@ -17,6 +17,18 @@ namespace model::gemm {
 // the order p = 0, 1, ..., k - 1, starting from 0: its bits
 // depend on nothing else — not on the instruction set, the tiling or the
 // thread that computes it.
+//
+// An epilogue then maps each finished entry h before it is stored:
+//   kStore     c = h
+//   kSilu      sig = 1 / (1 + exp(-h)) and c = h * sig: SiLU and its
+//              sigmoid (exp as model::fma_exp computes it)
+//   kSiluGrad  c = h * fma(act, 1 - sig, sig): h times SiLU's derivative,
+//              from the SiLU `act` and sigmoid `sig` of the forward pass
+// each in one fixed sequence of IEEE operations, so that an epilogue's
+// bits, too, depend on nothing but its inputs. sig and act have C's
+// layout (ldc).
+enum Epilogue : int { kStore = 0, kSilu = 1, kSiluGrad = 2 };
+
 template <typename T>
 struct Operands {
   const T* a = nullptr;
@@ -30,7 +42,42 @@ struct Operands {
   // the row blocks read it (gemm_tile.h's pack_panel), or null: B read in
   // place. The caller owns it: no allocation here.
   T* pack = nullptr;
+  int epilogue = kStore;
+  T* sig = nullptr;        // kSilu: written; kSiluGrad: read
+  const T* act = nullptr;  // kSiluGrad: read
 };
+
+// exp(x) as the epilogues and model::fma_exp compute it: n = the nearest
+// integer to x log2(e) (ties to even), r = x - n ln2 by two FMAs (ln2 in a
+// high and a low part), p = the Taylor polynomial of exp(r) to degree
+// kDegree by Horner's FMAs (|r| <= ln2 / 2: its truncation is below a
+// tenth of an ulp), exp(x) = p * 2^n; +inf above kHi, 0 below kLo (no
+// subnormal results), x itself for NaN.
+template <typename T>
+struct ExpConstants;
+template <>
+struct ExpConstants<float> {
+  static constexpr int kDegree = 7;
+  static constexpr float kHi = 88.0f, kLo = -87.0f;
+  static constexpr float kLog2e = 1.44269504088896341f;
+  static constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+};
+template <>
+struct ExpConstants<double> {
+  static constexpr int kDegree = 13;
+  static constexpr double kHi = 709.0, kLo = -708.0;
+  static constexpr double kLog2e = 1.4426950408889634074;
+  static constexpr double kLn2Hi = 6.93147180369123816490e-01,
+                          kLn2Lo = 1.90821492927058770002e-10;
+};
+// The polynomial's coefficient of r^k: 1 / k!, rounded once to T.
+template <typename T>
+constexpr T exp_coefficient(int k) {
+  double factorial = 1;
+  for (int i = 2; i <= k; ++i)
+    factorial *= i;
+  return T(1.0 / factorial);
+}
 
 // A panel's width at most, in entries (AVX-512 float32: 4 vectors of 16).
 inline constexpr int64_t kPackWidth = 64;

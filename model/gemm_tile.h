@@ -1,8 +1,9 @@
 // The body of the kernels of model/gemm_kernels.h, written once over a
 // vector type and included by each instruction set's file, which supplies
 // the vector type (`V`: T, kWidth, zero, load, load_first, store,
-// store_first, broadcast, fma). Included only there, inside an unnamed
-// namespace: each file's copy is its own.
+// store_first, broadcast, fma, and for the epilogues splat, add, sub, mul,
+// div, min, max, nearest, pow2, exp_limits). Included only there, inside an
+// unnamed namespace: each file's copy is its own.
 //
 // A C tile of kRows rows and kVectors vectors is held in registers while p
 // runs from 0 to k - 1: per p, kVectors loads of B's row and kRows
@@ -21,12 +22,58 @@ struct Flag {
 // column); with kEdge the last vector of C holds `last_width` columns, and
 // with kMaskB B's last vector is read only that wide too (an unpacked B:
 // a packed one is padded with zeros).
-template <class V, int kRows, int kVectors, bool kEdge, bool kMaskB>
+// exp(x), lane by lane: gemm::ExpConstants' sequence of operations.
+template <class V>
+typename V::Reg exp_of(typename V::Reg x) {
+  using T = typename V::T;
+  using C = gemm::ExpConstants<T>;
+  using Reg = typename V::Reg;
+  // Bounded first so that n fits the exponent; exp_limits puts the lanes
+  // outside the bounds right.
+  const Reg bounded = V::min(V::max(x, V::splat(C::kLo)), V::splat(C::kHi));
+  const Reg n = V::nearest(V::mul(bounded, V::splat(C::kLog2e)));
+  Reg r = V::fma(n, V::splat(-C::kLn2Hi), bounded);
+  r = V::fma(n, V::splat(-C::kLn2Lo), r);
+  Reg p = V::splat(gemm::exp_coefficient<T>(C::kDegree));
+  for (int k = C::kDegree - 1; k >= 0; --k)
+    p = V::fma(p, r, V::splat(gemm::exp_coefficient<T>(k)));
+  return V::exp_limits(x, V::mul(p, V::pow2(n)));
+}
+
+// Entry block `at` of C (its offset from g.c; `width` lanes wide on an
+// edge) gets h through the epilogue (gemm_kernels.h).
+template <class V, int kEpilogue>
+void finish(const gemm::Operands<typename V::T>& g, int64_t at,
+            typename V::Reg h, bool edge, int width) {
+  using T = typename V::T;
+  using Reg = typename V::Reg;
+  auto put = [&](T* p, Reg x) {
+    if (edge)
+      V::store_first(p, x, width);
+    else
+      V::store(p, x);
+  };
+  auto get = [&](const T* p) {
+    return edge ? V::load_first(p, width) : V::load(p);
+  };
+  const Reg one = V::splat(T(1));
+  if constexpr (kEpilogue == gemm::kSilu) {
+    const Reg s = V::div(one, V::add(one, exp_of<V>(V::sub(V::zero(), h))));
+    put(g.sig + at, s);
+    h = V::mul(h, s);
+  } else if constexpr (kEpilogue == gemm::kSiluGrad) {
+    const Reg s = get(g.sig + at);
+    h = V::mul(h, V::fma(get(g.act + at), V::sub(one, s), s));
+  }
+  put(g.c + at, h);
+}
+
+template <class V, int kRows, int kVectors, bool kEdge, bool kMaskB,
+          int kEpilogue>
 void tile(const gemm::Operands<typename V::T>& g, const typename V::T* b,
           int64_t ldb, int64_t i0, int64_t j0, int last_width) {
   using T = typename V::T;
   typename V::Reg acc[kRows][kVectors];
-  T* c = g.c + i0 * g.ldc + j0;
   for (int r = 0; r < kRows; ++r)
     for (int v = 0; v < kVectors; ++v) acc[r][v] = V::zero();
   const T* a = g.a + i0 * g.a_row;
@@ -45,25 +92,23 @@ void tile(const gemm::Operands<typename V::T>& g, const typename V::T* b,
   }
   for (int r = 0; r < kRows; ++r) {
     for (int v = 0; v < kVectors; ++v) {
-      const bool edge = kEdge && v == kVectors - 1;
-      if (edge)
-        V::store_first(c + r * g.ldc + v * V::kWidth, acc[r][v], last_width);
-      else
-        V::store(c + r * g.ldc + v * V::kWidth, acc[r][v]);
+      finish<V, kEpilogue>(g, (i0 + r) * g.ldc + j0 + v * V::kWidth, acc[r][v],
+                           kEdge && v == kVectors - 1, last_width);
     }
   }
 }
 
 // A row block of fewer than kRows rows: the same tile with `rows` rows.
-template <class V, int kRows, int kVectors, bool kEdge, bool kMaskB>
+template <class V, int kRows, int kVectors, bool kEdge, bool kMaskB,
+          int kEpilogue>
 void short_tile(const gemm::Operands<typename V::T>& g, const typename V::T* b,
                 int64_t ldb, int64_t i0, int64_t j0, int rows, int last_width) {
   if constexpr (kRows > 1) {
     if (rows == kRows - 1)
-      return tile<V, kRows - 1, kVectors, kEdge, kMaskB>(g, b, ldb, i0, j0,
-                                                         last_width);
-    return short_tile<V, kRows - 1, kVectors, kEdge, kMaskB>(g, b, ldb, i0, j0,
-                                                             rows, last_width);
+      return tile<V, kRows - 1, kVectors, kEdge, kMaskB, kEpilogue>(
+          g, b, ldb, i0, j0, last_width);
+    return short_tile<V, kRows - 1, kVectors, kEdge, kMaskB, kEpilogue>(
+        g, b, ldb, i0, j0, rows, last_width);
   }
 }
 
@@ -90,7 +135,7 @@ void pack_panel(const gemm::Operands<typename V::T>& g, int64_t j0,
 
 // A column panel j0 .. j0 + kVectors * kWidth (its last vector
 // `last_width` wide) over every row block, from B packed or in place.
-template <class V, int kRows, int kVectors, bool kEdge>
+template <class V, int kRows, int kVectors, bool kEdge, int kEpilogue>
 void panel(const gemm::Operands<typename V::T>& g, int64_t j0, int last_width) {
   constexpr int64_t kPanel = int64_t(kVectors) * V::kWidth;
   // Packed when more than one row block reads the panel and B's rows are
@@ -105,10 +150,11 @@ void panel(const gemm::Operands<typename V::T>& g, int64_t j0, int last_width) {
     const int64_t ldb = packed ? kPanel : g.ldb;
     int64_t i0 = 0;
     for (; i0 + kRows <= g.m; i0 += kRows)
-      tile<V, kRows, kVectors, kEdge, kMaskB>(g, b, ldb, i0, j0, last_width);
+      tile<V, kRows, kVectors, kEdge, kMaskB, kEpilogue>(g, b, ldb, i0, j0,
+                                                         last_width);
     if (i0 < g.m)
-      short_tile<V, kRows, kVectors, kEdge, kMaskB>(g, b, ldb, i0, j0,
-                                                    int(g.m - i0), last_width);
+      short_tile<V, kRows, kVectors, kEdge, kMaskB, kEpilogue>(
+          g, b, ldb, i0, j0, int(g.m - i0), last_width);
   };
   if (kEdge && !packed)
     each_block(Flag<true>{});
@@ -118,16 +164,32 @@ void panel(const gemm::Operands<typename V::T>& g, int64_t j0, int last_width) {
 
 // The columns left after the full panels: 1 .. kVectors vectors, the last
 // one partial or full.
-template <class V, int kRows, int kVectors>
+template <class V, int kRows, int kVectors, int kEpilogue>
 void edge_panel(const gemm::Operands<typename V::T>& g, int64_t j0, int vectors,
                 int last_width) {
   if constexpr (kVectors > 0) {
     if (vectors == kVectors) {
       if (last_width == V::kWidth)
-        return panel<V, kRows, kVectors, false>(g, j0, last_width);
-      return panel<V, kRows, kVectors, true>(g, j0, last_width);
+        return panel<V, kRows, kVectors, false, kEpilogue>(g, j0, last_width);
+      return panel<V, kRows, kVectors, true, kEpilogue>(g, j0, last_width);
     }
-    return edge_panel<V, kRows, kVectors - 1>(g, j0, vectors, last_width);
+    return edge_panel<V, kRows, kVectors - 1, kEpilogue>(g, j0, vectors,
+                                                         last_width);
+  }
+}
+
+template <class V, int kRows, int kVectors, int kEpilogue>
+void multiply_then(const gemm::Operands<typename V::T>& g) {
+  constexpr int64_t kPanel = int64_t(kVectors) * V::kWidth;
+  static_assert(kPanel <= gemm::kPackWidth, "the pack holds one panel");
+  int64_t j0 = 0;
+  for (; j0 + kPanel <= g.n; j0 += kPanel)
+    panel<V, kRows, kVectors, false, kEpilogue>(g, j0, V::kWidth);
+  if (j0 < g.n) {
+    const int64_t left = g.n - j0;
+    const int vectors = int((left + V::kWidth - 1) / V::kWidth);
+    const int last_width = int(left - int64_t(vectors - 1) * V::kWidth);
+    edge_panel<V, kRows, kVectors, kEpilogue>(g, j0, vectors, last_width);
   }
 }
 
@@ -135,16 +197,13 @@ template <class V, int kRows, int kVectors>
 void multiply(const gemm::Operands<typename V::T>& g) {
   if (g.m <= 0 || g.n <= 0)
     return;
-  constexpr int64_t kPanel = int64_t(kVectors) * V::kWidth;
-  static_assert(kPanel <= gemm::kPackWidth, "the pack holds one panel");
-  int64_t j0 = 0;
-  for (; j0 + kPanel <= g.n; j0 += kPanel)
-    panel<V, kRows, kVectors, false>(g, j0, V::kWidth);
-  if (j0 < g.n) {
-    const int64_t left = g.n - j0;
-    const int vectors = int((left + V::kWidth - 1) / V::kWidth);
-    const int last_width = int(left - int64_t(vectors - 1) * V::kWidth);
-    edge_panel<V, kRows, kVectors>(g, j0, vectors, last_width);
+  switch (g.epilogue) {
+    case gemm::kSilu:
+      return multiply_then<V, kRows, kVectors, gemm::kSilu>(g);
+    case gemm::kSiluGrad:
+      return multiply_then<V, kRows, kVectors, gemm::kSiluGrad>(g);
+    default:
+      return multiply_then<V, kRows, kVectors, gemm::kStore>(g);
   }
 }
 

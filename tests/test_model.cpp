@@ -705,6 +705,178 @@ TEST(FmaChain, ForwardTakesThemWhenTheProcessChoseThem) {
   }
 }
 
+namespace {
+
+// Units in the last place between x and the exact value e.
+template <typename T>
+long double ulps(T x, long double e) {
+  const T near = static_cast<T>(e);
+  const long double ulp =
+      std::nextafter(near, std::numeric_limits<T>::infinity()) - near;
+  return std::fabs(static_cast<long double>(x) - e) / ulp;
+}
+
+// The largest ulp distance of fma_exp from exp over `count` points evenly
+// spread over [lo, hi].
+template <typename T>
+long double worst_exp_ulps(T lo, T hi, int count) {
+  long double worst = 0;
+  for (int i = 0; i <= count; ++i) {
+    const T x = lo + (hi - lo) * static_cast<T>(i) / static_cast<T>(count);
+    worst = std::max(
+        worst, ulps(model::fma_exp(x), std::exp(static_cast<long double>(x))));
+  }
+  return worst;
+}
+
+// The epilogues' scalar sequence (gemm_kernels.h) over an oracle's C.
+template <typename T>
+std::pair<torch::Tensor, torch::Tensor> silu_oracle(const torch::Tensor& h) {
+  torch::Tensor act = torch::empty_like(h), sig = torch::empty_like(h);
+  const T* in = h.data_ptr<T>();
+  T *a = act.data_ptr<T>(), *s = sig.data_ptr<T>();
+  for (int64_t i = 0; i < h.numel(); ++i) {
+    s[i] = T(1) / (T(1) + model::fma_exp(-in[i]));
+    a[i] = in[i] * s[i];
+  }
+  return {act, sig};
+}
+
+template <typename T>
+torch::Tensor silu_grad_oracle(const torch::Tensor& h, const torch::Tensor& act,
+                               const torch::Tensor& sig) {
+  torch::Tensor out = torch::empty_like(h);
+  const T *in = h.data_ptr<T>(), *a = act.data_ptr<T>(), *s = sig.data_ptr<T>();
+  T* o = out.data_ptr<T>();
+  for (int64_t i = 0; i < h.numel(); ++i)
+    o[i] = in[i] * std::fma(a[i], T(1) - s[i], s[i]);
+  return out;
+}
+
+}  // namespace
+
+// The epilogues' exp is exp: within 2 ulp (measured: below 1) over the
+// range where it is finite and normal, exactly 1 at 0, and its limits.
+TEST(FmaChain, ExpIsWithinTwoUlpOfExpAndHasItsLimits) {
+  EXPECT_LE(worst_exp_ulps<float>(-87.0f, 88.0f, 400'000), 2.0L);
+  EXPECT_LE(worst_exp_ulps<float>(-1.0f, 1.0f, 100'000), 2.0L);
+  EXPECT_LE(worst_exp_ulps<double>(-708.0, 709.0, 400'000), 2.0L);
+  EXPECT_LE(worst_exp_ulps<double>(-1.0, 1.0, 100'000), 2.0L);
+  for (auto exp1 : {model::fma_exp(0.0f), float(model::fma_exp(0.0))})
+    EXPECT_EQ(exp1, 1.0f);
+  EXPECT_EQ(model::fma_exp(88.5f), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(model::fma_exp(-87.5f), 0.0f);
+  EXPECT_EQ(model::fma_exp(710.0), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(model::fma_exp(-709.0), 0.0);
+  EXPECT_TRUE(std::isnan(model::fma_exp(std::nanf(""))));
+  EXPECT_TRUE(std::isnan(model::fma_exp(std::nan(""))));
+}
+
+// SiLU in the products' stores, and its derivative in the gradient's, are
+// the scalar sequence of operations bit for bit on every instruction set:
+// edges of every tile, A transposed in place, and entries large enough
+// (|h| in the hundreds) to reach exp's limits.
+TEST(FmaChain, SiluEpiloguesAreTheScalarSequenceOnEveryInstructionSet) {
+  if (runnable_isas().empty())
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  torch::manual_seed(6);
+  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+    const bool f32 = dtype == torch::kFloat;
+    for (int64_t m : {1, 7, 13}) {
+      for (int64_t n : {1, 9, 17, 64, 100}) {
+        for (int64_t k : {1, 40}) {
+          const torch::Tensor a = torch::randn({m, k}, dtype) * 20;
+          const torch::Tensor at = (torch::randn({k, m}, dtype) * 20).t();
+          const torch::Tensor b = torch::randn({k, n}, dtype);
+          // The forward's SiLU and sigmoid that the gradient reads.
+          const auto fwd =
+              f32 ? silu_oracle<float>(torch::randn({m, n}) * 8)
+                  : silu_oracle<double>(torch::randn({m, n}, dtype) * 8);
+          for (const torch::Tensor& lhs : {a, at}) {
+            const torch::Tensor h = f32 ? fma_chain_oracle<float>(lhs, b)
+                                        : fma_chain_oracle<double>(lhs, b);
+            const auto want =
+                f32 ? silu_oracle<float>(h) : silu_oracle<double>(h);
+            const torch::Tensor want_grad =
+                f32 ? silu_grad_oracle<float>(h, fwd.first, fwd.second)
+                    : silu_grad_oracle<double>(h, fwd.first, fwd.second);
+            for (model::Isa isa : runnable_isas()) {
+              SCOPED_TRACE(::testing::Message()
+                           << model::isa_name(isa) << " " << dtype << " m " << m
+                           << " n " << n << " k " << k);
+              const model::SiluProduct got = model::chain_mm_silu(lhs, b, isa);
+              EXPECT_TRUE(got.act.equal(want.first));
+              EXPECT_TRUE(got.sig.equal(want.second));
+              EXPECT_TRUE(
+                  model::chain_mm_silu_grad(lhs, b, fwd.first, fwd.second, isa)
+                      .equal(want_grad));
+            }
+          }
+        }
+      }
+    }
+  }
+  // The gradient reads the forward's tensors in C's shape only.
+  EXPECT_THROW(
+      model::chain_mm_silu_grad(torch::ones({2, 3}), torch::ones({3, 4}),
+                                torch::ones({2, 5}), torch::ones({2, 4})),
+      c10::Error);
+}
+
+// chain_mlp is W2 silu(W1 x) with its three gradients: float64 to 1e-13
+// of the largest entry against LibTorch's linear and silu (a 3-D input and
+// a strided one), float32 to 1e-5; and at one and two threads the same
+// bits.
+TEST(FmaChain, ChainMlpIsTheMlpWithItsGradients) {
+  if (runnable_isas().empty())
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  torch::manual_seed(7);
+  namespace F = torch::nn::functional;
+  for (torch::Dtype dtype : {torch::kDouble, torch::kFloat}) {
+    const double tolerance = dtype == torch::kDouble ? 1e-13 : 1e-5;
+    const torch::Tensor base = torch::randn({5, 7, 24}, dtype);
+    for (const torch::Tensor& input : {base, base.narrow(1, 6, 1)}) {
+      const torch::Tensor w1_0 = torch::randn({40, 24}, dtype) * 0.3;
+      const torch::Tensor w2_0 = torch::randn({24, 40}, dtype) * 0.3;
+      const torch::Tensor gy =
+          torch::randn({input.size(0), input.size(1), 24}, dtype);
+      auto pass = [&](bool chain) {
+        torch::Tensor x = input.detach().clone().requires_grad_(true);
+        torch::Tensor w1 = w1_0.clone().requires_grad_(true);
+        torch::Tensor w2 = w2_0.clone().requires_grad_(true);
+        const torch::Tensor y = chain
+                                    ? model::chain_mlp(x, w1, w2)
+                                    : F::linear(F::silu(F::linear(x, w1)), w2);
+        y.backward(gy);
+        return std::vector<torch::Tensor>{y.detach(), x.grad(), w1.grad(),
+                                          w2.grad()};
+      };
+      const auto want = pass(false), got = pass(true);
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[i].sizes(), want[i].sizes()) << i;
+        EXPECT_LE(relative_gap(got[i], want[i]), tolerance)
+            << dtype << " " << i;
+      }
+    }
+  }
+  // The mod47 MLP's shapes at one and at two threads.
+  const torch::Tensor x = torch::randn({2649, 64});
+  const torch::Tensor w1 = torch::randn({256, 64}) * 0.2;
+  const torch::Tensor gy = torch::randn({2649, 64});
+  const torch::Tensor w2 = torch::randn({64, 256}) * 0.2;
+  const int before = at::get_num_threads();
+  std::vector<torch::Tensor> runs[2];
+  for (int threads : {1, 2}) {
+    at::set_num_threads(threads);
+    const model::SiluProduct s = model::chain_mm_silu(x, w1.t());
+    runs[threads - 1] = {s.act, s.sig,
+                         model::chain_mm_silu_grad(gy, w2, s.act, s.sig)};
+  }
+  at::set_num_threads(before);
+  for (size_t i = 0; i < runs[0].size(); ++i)
+    EXPECT_TRUE(runs[0][i].equal(runs[1][i])) << i;
+}
+
 TEST(FmaChain, UnknownChoicesAndOperandsAreRefused) {
   try {
     model::parse_matmul("cublas");
