@@ -29,7 +29,9 @@ CLI::App* setup_bench(CLI::App& app, BenchFlags& flags) {
                 "Instead of the rows: every product shape of the mod47 "
                 "model's step alone on one thread, float32 and float64, "
                 "LibTorch's BLAS against twins' FMA-chain kernels, in "
-                "GFLOP/s and % of one core's FMA peak");
+                "GFLOP/s and % of one core's FMA peak; and the MLP's product "
+                "with SiLU as a pass of its own against SiLU in the kernels' "
+                "stores, in ms");
   cmd->add_flag("--vs-pytorch", flags.options.vs_pytorch,
                 "Also time bench/eager_pytorch.py at three thread settings "
                 "(LibTorch/OpenBLAS 1/1, 1/cores, cores/cores; median of 5 "
@@ -81,6 +83,9 @@ int run_bench(const BenchFlags& flags) {
       const std::string name = twins::dtype_name(dtype);
       tables += bench::format_kernel_table(figures, "mod47 " + name) + "\n";
       j[name] = bench::kernels_to_json(figures);
+      const auto silu = bench::silu_figures("mod47", dtype, repeats);
+      tables += bench::format_silu_table(silu) + "\n";
+      j["silu"][name] = bench::silu_to_json(silu);
     }
     const bench::BenchMachine machine = bench::bench_machine();
     fmt::print("{}\n{}", machine.line(), tables);

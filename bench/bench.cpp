@@ -637,14 +637,38 @@ void write_bench_file(const std::string& path, const BenchMachine& machine,
   twins::write_text_atomically(path, j.dump(2) + "\n");
 }
 
-std::vector<KernelFigure> kernel_figures(const std::string& task,
-                                         torch::Dtype dtype, int repeats) {
+namespace {
+
+// Seconds per call of `work` (about `flops` each): the median of `repeats`
+// runs of enough calls to fill about 20 ms, after one that warms up.
+double seconds_per_call(double flops, int repeats,
+                        const std::function<void()>& work) {
+  const int calls = std::max(1, int(4e9 * 0.02 / flops));
+  std::vector<double> per_call;
+  for (int r = 0; r <= repeats; ++r) {  // run 0 warms up
+    const auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i)
+      work();
+    if (r > 0)
+      per_call.push_back(seconds_since(t0) / calls);
+  }
+  return median(per_call);
+}
+
+void start_kernel_timing(int repeats) {
   TORCH_CHECK(model::best_isa() != model::Isa::kNone,
               "--kernels: this CPU has neither AVX2 with FMA nor AVX-512, "
               "so twins' kernels do not run here");
   TORCH_CHECK(repeats >= 1, "Invalid --repeats: ", repeats);
   twins::configure_determinism();
   set_threads(1);
+}
+
+}  // namespace
+
+std::vector<KernelFigure> kernel_figures(const std::string& task,
+                                         torch::Dtype dtype, int repeats) {
+  start_kernel_timing(repeats);
   const PairSpec spec = bench_spec(task, dtype, "adam");
   const auto shapes = step_matmuls(spec);
   const double step_flops = model::total_flops(shapes);
@@ -670,19 +694,8 @@ std::vector<KernelFigure> kernel_figures(const std::string& task,
     const torch::Tensor a = torch::randn({sh.m, sh.k}, opts);
     const torch::Tensor b = torch::randn({sh.k, sh.n}, opts);
     torch::Tensor c;
-    // Each figure: the median of `repeats` runs of enough calls to fill
-    // about 20 ms.
-    const int calls = std::max(1, int(4e9 * 0.02 / sh.flops()));
     auto rate = [&](const std::function<void()>& product) {
-      std::vector<double> rates;
-      for (int r = 0; r <= repeats; ++r) {  // run 0 warms up
-        const auto t0 = Clock::now();
-        for (int i = 0; i < calls; ++i)
-          product();
-        if (r > 0)
-          rates.push_back(sh.flops() * calls / seconds_since(t0) / 1e9);
-      }
-      return median(rates);
+      return sh.flops() / 1e9 / seconds_per_call(sh.flops(), repeats, product);
     };
     // Each call makes its output, as the step's products do (a new
     // tensor, from memory the allocator keeps): BLAS and kernel alike.
@@ -715,6 +728,80 @@ std::string format_kernel_table(const std::vector<KernelFigure>& figures,
         figures.front().fma_peak_gflops, model::isa_name(model::best_isa()));
   }
   return out;
+}
+
+std::vector<SiluFigure> silu_figures(const std::string& task,
+                                     torch::Dtype dtype, int repeats) {
+  start_kernel_timing(repeats);
+  const PairSpec spec = bench_spec(task, dtype, "adam");
+  const StepShape step = step_shape(spec);
+  const int64_t d = step.cfg.d_model, f = step.cfg.mlp;
+  std::vector<int64_t> rows;  // each block's MLP rows, once each
+  for (const auto& sh : step_matmuls(spec)) {
+    if (sh.batch == 1 && sh.k == d && sh.n == f &&
+        std::find(rows.begin(), rows.end(), sh.m) == rows.end())
+      rows.push_back(sh.m);
+  }
+  namespace F = torch::nn::functional;
+  const auto opts = torch::TensorOptions().dtype(dtype);
+  std::vector<SiluFigure> out;
+  for (int64_t m : rows) {
+    const torch::Tensor x = torch::randn({m, d}, opts);
+    const torch::Tensor w1t = torch::randn({d, f}, opts) * 0.2;
+    const torch::Tensor gy = torch::randn({m, d}, opts);
+    const torch::Tensor w2 = torch::randn({d, f}, opts) * 0.2;
+    const torch::Tensor h = torch::mm(x, w1t);
+    const model::SiluProduct act = model::chain_mm_silu(x, w1t);
+    const double flops = 2.0 * double(m) * d * f;
+    torch::Tensor c;
+    auto ms = [&](const std::function<void()>& work) {
+      return 1e3 * seconds_per_call(flops, repeats, work);
+    };
+    SiluFigure fwd{"forward", m, d, f};
+    fwd.blas_ms = ms([&] { c = F::silu(torch::mm(x, w1t)); });
+    fwd.chain_ms = ms([&] { c = F::silu(model::chain_mm(x, w1t)); });
+    fwd.fused_ms = ms([&] { c = model::chain_mm_silu(x, w1t).act; });
+    SiluFigure bwd{"backward", m, d, f};
+    bwd.blas_ms = ms([&] { c = torch::silu_backward(torch::mm(gy, w2), h); });
+    bwd.chain_ms =
+        ms([&] { c = torch::silu_backward(model::chain_mm(gy, w2), h); });
+    bwd.fused_ms =
+        ms([&] { c = model::chain_mm_silu_grad(gy, w2, act.act, act.sig); });
+    out.push_back(fwd);
+    out.push_back(bwd);
+  }
+  return out;
+}
+
+std::string format_silu_table(const std::vector<SiluFigure>& figures) {
+  std::string out =
+      fmt::format("{:>9} {:>6} {:>6} {:>6} {:>10} {:>10} {:>10}\n", "SiLU", "m",
+                  "k", "n", "blas", "fma-chain", "fused");
+  for (const auto& f : figures) {
+    out +=
+        fmt::format("{:>9} {:>6} {:>6} {:>6} {:>10.3f} {:>10.3f} {:>10.3f}\n",
+                    f.pass, f.m, f.k, f.n, f.blas_ms, f.chain_ms, f.fused_ms);
+  }
+  out +=
+      "ms per call, one thread, medians: the MLP's product and SiLU (forward: "
+      "x W1^T, SiLU; backward: dY W2, times SiLU'); blas and fma-chain: the "
+      "product, then LibTorch's silu / silu_backward; fused: SiLU in the "
+      "kernels' stores\n";
+  return out;
+}
+
+nlohmann::json silu_to_json(const std::vector<SiluFigure>& figures) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& f : figures) {
+    j.push_back({{"pass", f.pass},
+                 {"m", f.m},
+                 {"k", f.k},
+                 {"n", f.n},
+                 {"blas_ms", f.blas_ms},
+                 {"fma_chain_ms", f.chain_ms},
+                 {"fused_ms", f.fused_ms}});
+  }
+  return j;
 }
 
 nlohmann::json kernels_to_json(const std::vector<KernelFigure>& figures) {

@@ -137,4 +137,22 @@ std::string format_kernel_table(const std::vector<KernelFigure>& figures,
                                 const std::string& title);
 nlohmann::json kernels_to_json(const std::vector<KernelFigure>& figures);
 
+// The MLP's SiLU beside its product, per call in ms on one thread: the
+// forward h = x W1^T then SiLU(h), and the backward's dY W2 then SiLU'(h)
+// times it; by the BLAS and LibTorch's silu / silu_backward, by the
+// kernels and the same LibTorch passes, and by the kernels with SiLU in
+// their stores (model::chain_mm_silu / chain_mm_silu_grad).
+struct SiluFigure {
+  std::string pass;             // "forward", "backward"
+  int64_t m = 0, k = 0, n = 0;  // the product's (m x k)(k x n)
+  double blas_ms = 0, chain_ms = 0, fused_ms = 0;
+};
+// For each row count of the step's MLP (the first block's token rows, the
+// last block's), the medians of `repeats` runs. Throws when this CPU has
+// no kernels.
+std::vector<SiluFigure> silu_figures(const std::string& task,
+                                     torch::Dtype dtype, int repeats);
+std::string format_silu_table(const std::vector<SiluFigure>& figures);
+nlohmann::json silu_to_json(const std::vector<SiluFigure>& figures);
+
 }  // namespace bench

@@ -227,6 +227,22 @@ TEST(BenchCommand, TheKernelRowAndTableRunWhereTheCpuHasTheKernels) {
     for (const auto& s : model::training_step_matmuls(cfg, 883, 3))
       want += s.batch == 1;
     EXPECT_EQ(products, want) << dtype;
+    // The MLP's SiLU beside its product: forward and backward for the
+    // first block's 2649 token rows and the last block's 883 sequences.
+    std::vector<std::pair<std::string, int64_t>> passes;
+    for (const auto& f : k["kernels"]["silu"][dtype]) {
+      passes.emplace_back(f["pass"].get<std::string>(), f["m"].get<int64_t>());
+      EXPECT_EQ(f["k"], cfg.d_model);
+      EXPECT_EQ(f["n"], cfg.mlp);
+      for (const char* path : {"blas_ms", "fma_chain_ms", "fused_ms"})
+        EXPECT_GT(f[path].get<double>(), 0) << path;
+    }
+    const std::vector<std::pair<std::string, int64_t>> expected{
+        {"forward", 2649},
+        {"backward", 2649},
+        {"forward", 883},
+        {"backward", 883}};
+    EXPECT_EQ(passes, expected) << dtype;
   }
   fs::remove_all(dir);
 }
