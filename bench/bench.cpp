@@ -639,18 +639,18 @@ void write_bench_file(const std::string& path, const BenchMachine& machine,
 
 namespace {
 
-// Seconds per call of `work` (about `flops` each): the median of `repeats`
-// runs of enough calls to fill about 20 ms, after one that warms up.
-double seconds_per_call(double flops, int repeats,
-                        const std::function<void()>& work) {
-  const int calls = std::max(1, int(4e9 * 0.02 / flops));
+// Seconds per call of `work`: the median of `repeats` runs of enough calls
+// to fill about 20 ms each, counted from a first call that warms up.
+double seconds_per_call(int repeats, const std::function<void()>& work) {
+  const auto t0 = Clock::now();
+  work();
+  const int calls = std::max(1, int(0.02 / std::max(seconds_since(t0), 1e-7)));
   std::vector<double> per_call;
-  for (int r = 0; r <= repeats; ++r) {  // run 0 warms up
-    const auto t0 = Clock::now();
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
     for (int i = 0; i < calls; ++i)
       work();
-    if (r > 0)
-      per_call.push_back(seconds_since(t0) / calls);
+    per_call.push_back(seconds_since(start) / calls);
   }
   return median(per_call);
 }
@@ -695,7 +695,7 @@ std::vector<KernelFigure> kernel_figures(const std::string& task,
     const torch::Tensor b = torch::randn({sh.k, sh.n}, opts);
     torch::Tensor c;
     auto rate = [&](const std::function<void()>& product) {
-      return sh.flops() / 1e9 / seconds_per_call(sh.flops(), repeats, product);
+      return sh.flops() / 1e9 / seconds_per_call(repeats, product);
     };
     // Each call makes its output, as the step's products do (a new
     // tensor, from memory the allocator keeps): BLAS and kernel alike.
@@ -752,10 +752,9 @@ std::vector<SiluFigure> silu_figures(const std::string& task,
     const torch::Tensor w2 = torch::randn({d, f}, opts) * 0.2;
     const torch::Tensor h = torch::mm(x, w1t);
     const model::SiluProduct act = model::chain_mm_silu(x, w1t);
-    const double flops = 2.0 * double(m) * d * f;
     torch::Tensor c;
     auto ms = [&](const std::function<void()>& work) {
-      return 1e3 * seconds_per_call(flops, repeats, work);
+      return 1e3 * seconds_per_call(repeats, work);
     };
     SiluFigure fwd{"forward", m, d, f};
     fwd.blas_ms = ms([&] { c = F::silu(torch::mm(x, w1t)); });

@@ -17,11 +17,6 @@ struct Flag {
   static constexpr bool value = kValue;
 };
 
-// One tile: rows i0 .. i0 + kRows of C, columns j0 + the panel's kVectors
-// vectors. B is read from `b` (row stride `ldb`, the panel's first
-// column); with kEdge the last vector of C holds `last_width` columns, and
-// with kMaskB B's last vector is read only that wide too (an unpacked B:
-// a packed one is padded with zeros).
 // exp(x), lane by lane: gemm::ExpConstants' sequence of operations.
 template <class V>
 typename V::Reg exp_of(typename V::Reg x) {
@@ -68,6 +63,11 @@ void finish(const gemm::Operands<typename V::T>& g, int64_t at,
   put(g.c + at, h);
 }
 
+// One tile: rows i0 .. i0 + kRows of C, columns j0 + the panel's kVectors
+// vectors. B is read from `b` (row stride `ldb`, the panel's first
+// column); with kEdge the last vector of C holds `last_width` columns, and
+// with kMaskB B's last vector is read only that wide too (an unpacked B:
+// a packed one is padded with zeros).
 template <class V, int kRows, int kVectors, bool kEdge, bool kMaskB,
           int kEpilogue>
 void tile(const gemm::Operands<typename V::T>& g, const typename V::T* b,
