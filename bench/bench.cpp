@@ -751,7 +751,7 @@ std::vector<SiluFigure> silu_figures(const std::string& task,
     const torch::Tensor gy = torch::randn({m, d}, opts);
     const torch::Tensor w2 = torch::randn({d, f}, opts) * 0.2;
     const torch::Tensor h = torch::mm(x, w1t);
-    const model::SiluProduct act = model::chain_mm_silu(x, w1t);
+    const model::SiluProduct hidden = model::chain_mm_silu(x, w1t);
     torch::Tensor c;
     auto ms = [&](const std::function<void()>& work) {
       return 1e3 * seconds_per_call(repeats, work);
@@ -764,8 +764,8 @@ std::vector<SiluFigure> silu_figures(const std::string& task,
     bwd.blas_ms = ms([&] { c = torch::silu_backward(torch::mm(gy, w2), h); });
     bwd.chain_ms =
         ms([&] { c = torch::silu_backward(model::chain_mm(gy, w2), h); });
-    bwd.fused_ms =
-        ms([&] { c = model::chain_mm_silu_grad(gy, w2, act.act, act.sig); });
+    bwd.fused_ms = ms(
+        [&] { c = model::chain_mm_silu_grad(gy, w2, hidden.act, hidden.sig); });
     out.push_back(fwd);
     out.push_back(bwd);
   }

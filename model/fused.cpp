@@ -118,6 +118,14 @@ torch::Tensor linear(torch::nn::Linear& module, const torch::Tensor& x,
   return paths.fma_chain ? chain_linear(x, module->weight) : module(x);
 }
 
+// BlockImpl::mlp's W2 silu(W1 n); on the kernels with SiLU in their
+// stores.
+torch::Tensor mlp(BlockImpl& block, const torch::Tensor& n,
+                  const SpeedPaths& paths) {
+  return paths.fma_chain ? chain_mlp(n, block.w1->weight, block.w2->weight)
+                         : block.mlp(n);
+}
+
 // Embedding and positional: (B, T, d).
 torch::Tensor embed(TransformerImpl& model, const torch::Tensor& tokens,
                     const SpeedPaths& paths) {
@@ -177,11 +185,7 @@ torch::Tensor finish_block(BlockImpl& block, const torch::Tensor& x,
                    paths)
           : attention.attend(qkv);  // its W_O by LibTorch
   const torch::Tensor h = (last ? x.narrow(1, x.size(1) - 1, 1) : x) + attended;
-  // BlockImpl::mlp's W2 silu(W1 n); on the kernels with SiLU in their
-  // stores.
-  const torch::Tensor n = norm(block.norm2, h, paths);
-  return h + (paths.fma_chain ? chain_mlp(n, block.w1->weight, block.w2->weight)
-                              : block.mlp(n));
+  return h + mlp(block, norm(block.norm2, h, paths), paths);
 }
 
 // The first block with its token-wise work done once per row of a table of
