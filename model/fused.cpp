@@ -143,48 +143,82 @@ torch::Tensor embed(TransformerImpl& model, const torch::Tensor& tokens,
   return model.pos_emb.defined() ? x + model.pos_emb.narrow(1, 0, T) : x;
 }
 
+// A block's queries, keys and values as its projection leaves them: packed
+// [Q | K | V] in one tensor's columns (the stacked product's output), Q
+// apart and [K | V] packed (the stacked product of the last query's
+// block), or three tensors. The small-attention kernel reads the packed
+// forms as they are, and its gradient is theirs: no split's backward
+// gathers three gradients into one.
+struct Projected {
+  torch::Tensor qkv;  // (B, T, d + 2 kv)
+  torch::Tensor kv;   // (B, T, 2 kv), with q below
+  Qkv parts;          // q alone beside kv
+};
+
+// Projected's three tensors, for the reference attention; with `last` Q of
+// the last position only.
+Qkv unpack(const Projected& p, bool last, int64_t d) {
+  if (p.qkv.defined()) {
+    const int64_t kv = (p.qkv.size(-1) - d) / 2;
+    const auto parts = p.qkv.split_with_sizes({d, kv, kv}, -1);
+    const int64_t T = parts[0].size(1);
+    return {last ? parts[0].narrow(1, T - 1, 1) : parts[0], parts[1],
+            parts[2]};
+  }
+  if (p.kv.defined()) {
+    const auto k_v = p.kv.split(p.kv.size(-1) / 2, -1);
+    return {p.parts.q, k_v[0], k_v[1]};
+  }
+  return p.parts;
+}
+
 // Q, K and V of the normed input n (B, T, d); with `last`, Q of the last
 // position only (B, 1, d).
-Qkv project(BlockImpl& block, const torch::Tensor& n, bool last,
-            const SpeedPaths& paths) {
+Projected project(BlockImpl& block, const torch::Tensor& n, bool last,
+                  const SpeedPaths& paths) {
   AttentionImpl& attention = *block.attn;
-  const int64_t T = n.size(1), d = n.size(2);
-  const int64_t kv = attention.wk->weight.size(0);  // key/value width
+  const int64_t T = n.size(1);
   const torch::Tensor q_in = last ? n.narrow(1, T - 1, 1) : n;
-  if (!paths.fused_qkv)
-    return {linear(attention.wq, q_in, paths), linear(attention.wk, n, paths),
-            linear(attention.wv, n, paths)};
-  if (last) {
-    // K and V stacked (split, not narrow: its backward is one cat, not a
-    // zero-filled full-size gradient per piece).
-    const auto k_v =
-        product(n, torch::cat({attention.wk->weight, attention.wv->weight}),
-                paths)
-            .split(kv, -1);
-    return {linear(attention.wq, q_in, paths), k_v[0], k_v[1]};
+  Projected p;
+  if (!paths.fused_qkv) {
+    p.parts = {linear(attention.wq, q_in, paths), linear(attention.wk, n, paths),
+               linear(attention.wv, n, paths)};
+  } else if (last) {
+    p.parts.q = linear(attention.wq, q_in, paths);
+    p.kv = product(n, torch::cat({attention.wk->weight, attention.wv->weight}),
+                   paths);
+  } else {
+    p.qkv = product(n,
+                    torch::cat({attention.wq->weight, attention.wk->weight,
+                                attention.wv->weight}),
+                    paths);
   }
-  const auto qkv =
-      product(n,
-              torch::cat({attention.wq->weight, attention.wk->weight,
-                          attention.wv->weight}),
-              paths)
-          .split_with_sizes({d, kv, kv}, -1);
-  return {qkv[0], qkv[1], qkv[2]};
+  return p;
+}
+
+// The attention's output (B, T or 1, d), W_O applied.
+torch::Tensor attention_output(BlockImpl& block, const Projected& p, bool last,
+                               const SpeedPaths& paths) {
+  AttentionImpl& attention = *block.attn;
+  if (!paths.small_attention)
+    return attention.attend(unpack(p, last, attention.wq->weight.size(0)));
+  const int64_t heads = attention.heads();
+  const bool causal = attention.causal();
+  const torch::Tensor attended =
+      p.qkv.defined() ? small_attention_packed(p.qkv, heads, causal, last)
+      : p.kv.defined()
+          ? small_attention_kv(p.parts.q, p.kv, heads, causal)
+          : small_attention(p.parts.q, p.parts.k, p.parts.v, heads, causal);
+  return linear(attention.wo, attended, paths);
 }
 
 // The block from its attention's projections; with `last` only the last
 // position leaves it: (B, 1, d).
 torch::Tensor finish_block(BlockImpl& block, const torch::Tensor& x,
-                           const Qkv& qkv, bool last, const SpeedPaths& paths) {
-  AttentionImpl& attention = *block.attn;
-  const torch::Tensor attended =
-      paths.small_attention
-          ? linear(attention.wo,
-                   small_attention(qkv.q, qkv.k, qkv.v, attention.heads(),
-                                   attention.causal()),
-                   paths)
-          : attention.attend(qkv);  // its W_O by LibTorch
-  const torch::Tensor h = (last ? x.narrow(1, x.size(1) - 1, 1) : x) + attended;
+                           const Projected& projected, bool last,
+                           const SpeedPaths& paths) {
+  const torch::Tensor h = (last ? x.narrow(1, x.size(1) - 1, 1) : x) +
+                          attention_output(block, projected, last, paths);
   return h + mlp(block, norm(block.norm2, h, paths), paths);
 }
 
@@ -194,16 +228,18 @@ torch::Tensor first_block_by_table(TransformerImpl& model,
                                    const torch::Tensor& tokens, bool last,
                                    const SpeedPaths& paths) {
   const ModelConfig& config = model.config();
-  const int64_t T = tokens.size(1), V = config.vocab_in, d = config.d_model;
+  const int64_t B = tokens.size(0), T = tokens.size(1), V = config.vocab_in,
+                d = config.d_model;
   const torch::Tensor table = (model.pos_emb.narrow(1, 0, T).transpose(0, 1) +
                                model.tok_emb.unsqueeze(0))
                                   .reshape({T * V, d});
-  const torch::Tensor rows =  // (B, T): each input position's table row
-      tokens + torch::arange(T, tokens.options()).mul_(V).unsqueeze(0);
+  const torch::Tensor rows =  // each input position's table row, (B T)
+      (tokens + torch::arange(T, tokens.options()).mul_(V).unsqueeze(0))
+          .reshape({-1});
   BlockImpl& block = *model.blocks.front();
   AttentionImpl& attention = *block.attn;
   const torch::Tensor n = norm(block.norm1, table, paths);
-  // [embedding + positional | Q | K | V] per table row, gathered at once.
+  // [Q | K | V] per table row.
   const torch::Tensor projected =
       paths.fused_qkv
           ? product(n,
@@ -214,16 +250,12 @@ torch::Tensor first_block_by_table(TransformerImpl& model,
                 {linear(attention.wq, n, paths), linear(attention.wk, n, paths),
                  linear(attention.wv, n, paths)},
                 1);
-  const int64_t kv = attention.wk->weight.size(0);  // key/value width
-  const auto gathered = torch::cat({table, projected}, 1)
-                            .index_select(0, rows.reshape({-1}))
-                            .view({rows.size(0), rows.size(1), -1})
-                            .split_with_sizes({d, d, kv, kv}, -1);
-  const torch::Tensor& q = gathered[1];
-  return finish_block(
-      block, gathered[0],
-      {last ? q.narrow(1, T - 1, 1) : q, gathered[2], gathered[3]}, last,
-      paths);
+  // Gathered apart: each gather's backward adds its rows into its own
+  // table's gradient.
+  Projected p;
+  p.qkv = projected.index_select(0, rows).view({B, T, -1});
+  return finish_block(block, table.index_select(0, rows).view({B, T, d}), p,
+                      last, paths);
 }
 
 }  // namespace
@@ -267,9 +299,9 @@ torch::Tensor fast_forward(TransformerImpl& model, const torch::Tensor& tokens,
   }
   for (; layer < depth; ++layer) {
     BlockImpl& block = *model.blocks[layer];
-    const Qkv qkv =
+    const Projected projected =
         project(block, norm(block.norm1, x, paths), last(layer), paths);
-    x = finish_block(block, x, qkv, last(layer), paths);
+    x = finish_block(block, x, projected, last(layer), paths);
   }
   x = norm(model.norm_f, x, paths);
   if (config.last_only)  // (B, d)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "model/lanes.h"
 
@@ -15,19 +16,23 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Rows of a (B, T, d) tensor whose last dimension is contiguous.
-template <typename scalar_t>
+// Rows of a (B, T, width) tensor whose last dimension is contiguous, from
+// a column offset on: a head's block of Q, K or V, or of their gradients.
+template <typename P>
 struct Rows {
-  const scalar_t* data;
+  P* data;
   int64_t batch_stride, row_stride;
-  const scalar_t* at(int64_t b, int64_t t) const {
+  P* at(int64_t b, int64_t t) const {
     return data + b * batch_stride + t * row_stride;
   }
 };
 
-template <typename scalar_t>
-Rows<scalar_t> rows_of(const torch::Tensor& t) {
-  return {t.data_ptr<scalar_t>(), t.stride(0), t.stride(1)};
+template <typename P>
+Rows<P> rows_of(const torch::Tensor& t, int64_t column = 0,
+                int64_t first_row = 0) {
+  return {t.data_ptr<std::remove_const_t<P>>() + column +
+              first_row * t.stride(1),
+          t.stride(0), t.stride(1)};
 }
 
 using lanes::axpy;
@@ -41,13 +46,13 @@ struct Shape {
   int64_t last_key(int64_t i) const { return causal ? T - Tq + i : T - 1; }
 };
 
-Shape shape_of(const torch::Tensor& q, const torch::Tensor& k, int64_t heads,
+Shape shape_of(int64_t B, int64_t Tq, int64_t T, int64_t d, int64_t heads,
                bool causal) {
   Shape s;
-  s.B = k.size(0);
-  s.T = k.size(1);
-  s.d = k.size(2);
-  s.Tq = q.size(1);
+  s.B = B;
+  s.T = T;
+  s.d = d;
+  s.Tq = Tq;
   s.heads = heads;
   s.hd = s.d / heads;
   s.causal = causal;
@@ -55,15 +60,19 @@ Shape shape_of(const torch::Tensor& q, const torch::Tensor& k, int64_t heads,
   return s;
 }
 
+// Where a pass finds each query, key and value row (B, Tq or T, d), and
+// where the backward adds their gradients.
+template <typename P>
+struct Blocks {
+  Rows<P> q, k, v;
+};
+
 // Batches per task of the thread pool: enough work to pay for a task.
 constexpr int64_t kGrain = 16;
 
 template <typename scalar_t>
-void forward_kernel(const Shape& s, const torch::Tensor& q,
-                    const torch::Tensor& k, const torch::Tensor& v,
+void forward_kernel(const Shape& s, const Blocks<const scalar_t>& in,
                     torch::Tensor& probs, torch::Tensor& y) {
-  const auto Q = rows_of<scalar_t>(q), K = rows_of<scalar_t>(k),
-             V = rows_of<scalar_t>(v);
   scalar_t* P = probs.data_ptr<scalar_t>();  // (B, heads, Tq, T)
   scalar_t* Y = y.data_ptr<scalar_t>();      // (B, Tq, d), zeros
   const auto scale = static_cast<scalar_t>(s.scale);
@@ -72,12 +81,12 @@ void forward_kernel(const Shape& s, const torch::Tensor& q,
       for (int64_t h = 0; h < s.heads; ++h) {
         const int64_t off = h * s.hd;
         for (int64_t i = 0; i < s.Tq; ++i) {
-          const scalar_t* qi = Q.at(b, i) + off;
+          const scalar_t* qi = in.q.at(b, i) + off;
           scalar_t* p = P + ((b * s.heads + h) * s.Tq + i) * s.T;
           const int64_t last = s.last_key(i);
           scalar_t m = -std::numeric_limits<scalar_t>::infinity();
           for (int64_t j = 0; j <= last; ++j) {
-            p[j] = dot(qi, K.at(b, j) + off, s.hd) * scale;
+            p[j] = dot(qi, in.k.at(b, j) + off, s.hd) * scale;
             m = std::max(m, p[j]);
           }
           scalar_t sum = 0;
@@ -88,7 +97,7 @@ void forward_kernel(const Shape& s, const torch::Tensor& q,
           scalar_t* yi = Y + (b * s.Tq + i) * s.d + off;
           for (int64_t j = 0; j <= last; ++j) {
             p[j] /= sum;
-            axpy(p[j], V.at(b, j) + off, yi, s.hd);
+            axpy(p[j], in.v.at(b, j) + off, yi, s.hd);
           }
           for (int64_t j = last + 1; j < s.T; ++j) p[j] = 0;
         }
@@ -99,19 +108,13 @@ void forward_kernel(const Shape& s, const torch::Tensor& q,
 
 // With S = scale Q K^T, P = softmax(S), Y = P V and G = dL/dY, per head:
 // dV = P^T G, dP = G V^T, dS = P * (dP - rowsum(P * dP)), dQ = scale dS K,
-// dK = scale dS^T Q.
+// dK = scale dS^T Q. `out`'s rows hold zeros.
 template <typename scalar_t>
-void backward_kernel(const Shape& s, const torch::Tensor& q,
-                     const torch::Tensor& k, const torch::Tensor& v,
+void backward_kernel(const Shape& s, const Blocks<const scalar_t>& in,
                      const torch::Tensor& probs, const torch::Tensor& gy,
-                     torch::Tensor& gq, torch::Tensor& gk, torch::Tensor& gv) {
-  const auto Q = rows_of<scalar_t>(q), K = rows_of<scalar_t>(k),
-             V = rows_of<scalar_t>(v);
+                     const Blocks<scalar_t>& out) {
   const scalar_t* P = probs.data_ptr<scalar_t>();
   const scalar_t* G = gy.data_ptr<scalar_t>();  // (B, Tq, d) contiguous
-  scalar_t* GQ = gq.data_ptr<scalar_t>();       // zeros, contiguous
-  scalar_t* GK = gk.data_ptr<scalar_t>();
-  scalar_t* GV = gv.data_ptr<scalar_t>();
   const auto scale = static_cast<scalar_t>(s.scale);
   at::parallel_for(0, s.B, kGrain, [&](int64_t b0, int64_t b1) {
     scalar_t ds[kSmallAttentionMaxPositions];
@@ -124,16 +127,16 @@ void backward_kernel(const Shape& s, const torch::Tensor& q,
           const int64_t last = s.last_key(i);
           scalar_t pdp = 0;  // rowsum(P * dP)
           for (int64_t j = 0; j <= last; ++j) {
-            ds[j] = dot(gi, V.at(b, j) + off, s.hd);  // dP
+            ds[j] = dot(gi, in.v.at(b, j) + off, s.hd);  // dP
             pdp += p[j] * ds[j];
           }
-          scalar_t* gqi = GQ + (b * s.Tq + i) * s.d + off;
-          const scalar_t* qi = Q.at(b, i) + off;
+          scalar_t* gqi = out.q.at(b, i) + off;
+          const scalar_t* qi = in.q.at(b, i) + off;
           for (int64_t j = 0; j <= last; ++j) {
             ds[j] = p[j] * (ds[j] - pdp) * scale;
-            axpy(ds[j], K.at(b, j) + off, gqi, s.hd);
-            axpy(ds[j], qi, GK + (b * s.T + j) * s.d + off, s.hd);
-            axpy(p[j], gi, GV + (b * s.T + j) * s.d + off, s.hd);
+            axpy(ds[j], in.k.at(b, j) + off, gqi, s.hd);
+            axpy(ds[j], qi, out.k.at(b, j) + off, s.hd);
+            axpy(p[j], gi, out.v.at(b, j) + off, s.hd);
           }
         }
       }
@@ -141,10 +144,31 @@ void backward_kernel(const Shape& s, const torch::Tensor& q,
   });
 }
 
-torch::Tensor last_dim_contiguous(const torch::Tensor& t) {
-  return t.stride(2) == 1 ? t : t.contiguous();
+// The forward pass on `in`: Y (B, Tq, d) and the probabilities the
+// backward reads.
+struct Attended {
+  torch::Tensor y, probs;
+};
+
+template <typename scalar_t>
+Attended forward_pass(const Shape& s, const Blocks<const scalar_t>& in,
+                      const torch::TensorOptions& options) {
+  Attended out{torch::zeros({s.B, s.Tq, s.d}, options),
+               torch::empty({s.B, s.heads, s.Tq, s.T}, options)};
+  forward_kernel<scalar_t>(s, in, out.probs, out.y);
+  return out;
 }
 
+torch::Tensor last_dim_contiguous(const torch::Tensor& t) {
+  return t.stride(-1) == 1 ? t : t.contiguous();
+}
+
+void save_shape(AutogradContext* ctx, int64_t heads, bool causal) {
+  ctx->saved_data["heads"] = heads;
+  ctx->saved_data["causal"] = causal;
+}
+
+// q (B, Tq, d), k and v (B, T, d): small_attention.
 class SmallAttention : public torch::autograd::Function<SmallAttention> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor q,
@@ -153,42 +177,148 @@ class SmallAttention : public torch::autograd::Function<SmallAttention> {
     q = last_dim_contiguous(q);
     k = last_dim_contiguous(k);
     v = last_dim_contiguous(v);
-    const Shape s = shape_of(q, k, heads, causal);
-    torch::Tensor probs = torch::empty({s.B, s.heads, s.Tq, s.T}, q.options());
-    torch::Tensor y = torch::zeros({s.B, s.Tq, s.d}, q.options());
+    const Shape s =
+        shape_of(k.size(0), q.size(1), k.size(1), k.size(2), heads, causal);
+    Attended a;
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "small_attention", [&] {
-      forward_kernel<scalar_t>(s, q, k, v, probs, y);
+      a = forward_pass<scalar_t>(
+          s,
+          {rows_of<const scalar_t>(q), rows_of<const scalar_t>(k),
+           rows_of<const scalar_t>(v)},
+          q.options());
     });
-    ctx->save_for_backward({q, k, v, probs});
-    ctx->saved_data["heads"] = heads;
-    ctx->saved_data["causal"] = causal;
-    return y;
+    ctx->save_for_backward({q, k, v, a.probs});
+    save_shape(ctx, heads, causal);
+    return a.y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2],
                         &probs = saved[3];
-    const Shape s = shape_of(q, k, ctx->saved_data["heads"].toInt(),
+    const Shape s = shape_of(k.size(0), q.size(1), k.size(1), k.size(2),
+                             ctx->saved_data["heads"].toInt(),
                              ctx->saved_data["causal"].toBool());
     const torch::Tensor gy = grads[0].contiguous();
     torch::Tensor gq = torch::zeros({s.B, s.Tq, s.d}, q.options());
     torch::Tensor gk = torch::zeros({s.B, s.T, s.d}, q.options());
     torch::Tensor gv = torch::zeros({s.B, s.T, s.d}, q.options());
-    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "small_attention_backward",
-                               [&] {
-                                 backward_kernel<scalar_t>(s, q, k, v, probs,
-                                                           gy, gq, gk, gv);
-                               });
+    AT_DISPATCH_FLOATING_TYPES(
+        q.scalar_type(), "small_attention_backward", [&] {
+          backward_kernel<scalar_t>(
+              s,
+              {rows_of<const scalar_t>(q), rows_of<const scalar_t>(k),
+               rows_of<const scalar_t>(v)},
+              probs, gy,
+              {rows_of<scalar_t>(gq), rows_of<scalar_t>(gk),
+               rows_of<scalar_t>(gv)});
+        });
     return {gq, gk, gv, torch::Tensor(), torch::Tensor()};
   }
 };
 
-}  // namespace
+// Attention on packed inputs: K and V in the last 2d columns of `kv`
+// (B, T, width); Q in its first d columns (width 3d, the last Tq positions'
+// rows) where `q` is null, else *q (B, Tq, d).
+template <typename P>
+Blocks<P> packed_blocks(const Shape& s, const torch::Tensor* q,
+                        const torch::Tensor& kv) {
+  const int64_t width = kv.size(2);
+  return {q ? rows_of<P>(*q) : rows_of<P>(kv, 0, s.T - s.Tq),
+          rows_of<P>(kv, width - 2 * s.d), rows_of<P>(kv, width - s.d)};
+}
 
-torch::Tensor small_attention(const torch::Tensor& q, const torch::Tensor& k,
-                              const torch::Tensor& v, int64_t heads,
-                              bool causal) {
+Attended packed_forward(const Shape& s, const torch::Tensor* q,
+                        const torch::Tensor& kv) {
+  Attended a;
+  AT_DISPATCH_FLOATING_TYPES(kv.scalar_type(), "small_attention", [&] {
+    a = forward_pass<scalar_t>(s, packed_blocks<const scalar_t>(s, q, kv),
+                               kv.options());
+  });
+  return a;
+}
+
+// The gradients into zeroed *gq (where q is given) and gkv, kv's shape:
+// the packed layout is kept, so no split's backward gathers Q's, K's and
+// V's gradients into one.
+void packed_backward(const Shape& s, const torch::Tensor* q,
+                     const torch::Tensor& kv, const torch::Tensor& probs,
+                     const torch::Tensor& gy, torch::Tensor* gq,
+                     torch::Tensor& gkv) {
+  AT_DISPATCH_FLOATING_TYPES(kv.scalar_type(), "small_attention_backward", [&] {
+    backward_kernel<scalar_t>(s, packed_blocks<const scalar_t>(s, q, kv), probs,
+                              gy.contiguous(), packed_blocks<scalar_t>(s, gq, gkv));
+  });
+}
+
+// [Q | K | V] (B, T, 3d), queries at the last `tq` positions:
+// small_attention_packed.
+class PackedAttention : public torch::autograd::Function<PackedAttention> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor qkv,
+                               int64_t heads, bool causal, int64_t tq) {
+    qkv = last_dim_contiguous(qkv);
+    const Shape s = shape(qkv, heads, causal, tq);
+    const Attended a = packed_forward(s, nullptr, qkv);
+    ctx->save_for_backward({qkv, a.probs});
+    save_shape(ctx, heads, causal);
+    ctx->saved_data["tq"] = tq;
+    return a.y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &qkv = saved[0], &probs = saved[1];
+    const Shape s = shape(qkv, ctx->saved_data["heads"].toInt(),
+                          ctx->saved_data["causal"].toBool(),
+                          ctx->saved_data["tq"].toInt());
+    torch::Tensor g = torch::zeros_like(qkv);
+    packed_backward(s, nullptr, qkv, probs, grads[0], nullptr, g);
+    return {g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+
+ private:
+  static Shape shape(const torch::Tensor& qkv, int64_t heads, bool causal,
+                     int64_t tq) {
+    return shape_of(qkv.size(0), tq, qkv.size(1), qkv.size(2) / 3, heads,
+                    causal);
+  }
+};
+
+// q (B, Tq, d) and [K | V] (B, T, 2d): small_attention_kv.
+class KvAttention : public torch::autograd::Function<KvAttention> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor q,
+                               torch::Tensor kv, int64_t heads, bool causal) {
+    q = last_dim_contiguous(q);
+    kv = last_dim_contiguous(kv);
+    const Attended a = packed_forward(shape(q, kv, heads, causal), &q, kv);
+    ctx->save_for_backward({q, kv, a.probs});
+    save_shape(ctx, heads, causal);
+    return a.y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &kv = saved[1], &probs = saved[2];
+    const Shape s = shape(q, kv, ctx->saved_data["heads"].toInt(),
+                          ctx->saved_data["causal"].toBool());
+    torch::Tensor gq = torch::zeros_like(q);
+    torch::Tensor gkv = torch::zeros_like(kv);
+    packed_backward(s, &q, kv, probs, grads[0], &gq, gkv);
+    return {gq, gkv, torch::Tensor(), torch::Tensor()};
+  }
+
+ private:
+  static Shape shape(const torch::Tensor& q, const torch::Tensor& kv,
+                     int64_t heads, bool causal) {
+    return shape_of(kv.size(0), q.size(1), kv.size(1), q.size(2), heads,
+                    causal);
+  }
+};
+
+void check_inputs(const torch::Tensor& q, const torch::Tensor& k,
+                  const torch::Tensor& v, int64_t heads) {
   TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3,
               "small_attention: q, k, v must be (B, T, d), got ", q.sizes(),
               ", ", k.sizes(), ", ", v.sizes());
@@ -209,7 +339,35 @@ torch::Tensor small_attention(const torch::Tensor& q, const torch::Tensor& k,
   TORCH_CHECK(q.scalar_type() == k.scalar_type() &&
                   q.scalar_type() == v.scalar_type(),
               "small_attention: q, k, v of one dtype");
+}
+
+}  // namespace
+
+torch::Tensor small_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, int64_t heads,
+                              bool causal) {
+  check_inputs(q, k, v, heads);
   return SmallAttention::apply(q, k, v, heads, causal);
+}
+
+torch::Tensor small_attention_packed(const torch::Tensor& qkv, int64_t heads,
+                                     bool causal, bool last_query) {
+  TORCH_CHECK(qkv.dim() == 3 && qkv.size(2) % 3 == 0,
+              "small_attention_packed: qkv must be (B, T, 3d), got ",
+              qkv.sizes());
+  const auto parts = qkv.chunk(3, -1);
+  const int64_t T = qkv.size(1), tq = last_query ? 1 : T;
+  check_inputs(parts[0].narrow(1, T - tq, tq), parts[1], parts[2], heads);
+  return PackedAttention::apply(qkv, heads, causal, tq);
+}
+
+torch::Tensor small_attention_kv(const torch::Tensor& q, const torch::Tensor& kv,
+                                 int64_t heads, bool causal) {
+  TORCH_CHECK(kv.dim() == 3 && kv.size(2) % 2 == 0,
+              "small_attention_kv: kv must be (B, T, 2d), got ", kv.sizes());
+  const auto parts = kv.chunk(2, -1);
+  check_inputs(q, parts[0], parts[1], heads);
+  return KvAttention::apply(q, kv, heads, causal);
 }
 
 }  // namespace model

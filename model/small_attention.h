@@ -25,4 +25,17 @@ torch::Tensor small_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, int64_t heads,
                               bool causal);
 
+// The same with Q, K and V the column blocks [Q | K | V] of one (B, T, 3d)
+// tensor (the stacked projection's output); with `last_query` only the
+// last position's query: (B, 1, d). Its gradient is one (B, T, 3d) tensor,
+// with the kernel's bits: the three blocks' gradients are not gathered
+// into it by a pass of their own.
+torch::Tensor small_attention_packed(const torch::Tensor& qkv, int64_t heads,
+                                     bool causal, bool last_query);
+
+// The same with q (B, Tq, d) apart and [K | V] packed in one (B, T, 2d)
+// tensor.
+torch::Tensor small_attention_kv(const torch::Tensor& q, const torch::Tensor& kv,
+                                 int64_t heads, bool causal);
+
 }  // namespace model

@@ -481,6 +481,61 @@ TEST(SmallAttention, ThreadCountDoesNotChangeABit) {
     EXPECT_TRUE(one[i].equal(two[i])) << i;
 }
 
+// The packed forms read Q, K and V where the stacked projection left them
+// and give one gradient in its layout: the kernel's arithmetic, so the bits
+// of small_attention on the three blocks, output and gradients.
+TEST(SmallAttention, PackedFormsAreTheKernelOnTheirBlocks) {
+  torch::manual_seed(5);
+  for (const bool causal : {false, true}) {
+    for (const bool last : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "causal " << causal << " last query " << last);
+      const int64_t B = 7, T = 3, heads = 4, d = 20;  // head width 5
+      const auto qkv = torch::randn({B, T, 3 * d}).requires_grad_();
+      const auto q_alone = torch::randn({B, last ? 1 : T, d}).requires_grad_();
+      const auto w = torch::randn({B, last ? 1 : T, d});
+      auto backward = [&](const torch::Tensor& y,
+                          std::vector<torch::Tensor> inputs) {
+        const auto grads = torch::autograd::grad({(y * w).sum()}, inputs);
+        return std::vector<torch::Tensor>(grads.begin(), grads.end());
+      };
+      // [Q | K | V] against the three blocks as split views.
+      const auto parts = qkv.split(d, -1);
+      const auto q_part = last ? parts[0].narrow(1, T - 1, 1) : parts[0];
+      const auto packed =
+          model::small_attention_packed(qkv, heads, causal, last);
+      const auto apart =
+          model::small_attention(q_part, parts[1], parts[2], heads, causal);
+      EXPECT_TRUE(packed.equal(apart));
+      const auto g_packed = backward(packed, {qkv})[0];
+      const auto g_apart = backward(apart, {qkv})[0];
+      EXPECT_TRUE(g_packed.equal(g_apart));
+      if (last) {  // the earlier positions' queries have no gradient
+        EXPECT_EQ(g_packed.narrow(1, 0, T - 1).narrow(2, 0, d).abs().max()
+                      .item<float>(),
+                  0.0f);
+      }
+      // Q apart, [K | V] packed.
+      const auto kv = qkv.narrow(-1, d, 2 * d);
+      const auto by_kv = model::small_attention_kv(q_alone, kv, heads, causal);
+      const auto by_three =
+          model::small_attention(q_alone, parts[1], parts[2], heads, causal);
+      EXPECT_TRUE(by_kv.equal(by_three));
+      const auto g_kv = backward(by_kv, {q_alone, qkv});
+      const auto g_three = backward(by_three, {q_alone, qkv});
+      for (size_t i = 0; i < g_kv.size(); ++i)
+        EXPECT_TRUE(g_kv[i].equal(g_three[i])) << "gradient " << i;
+    }
+  }
+  const auto t = torch::randn({2, 3, 20});
+  EXPECT_THROW(model::small_attention_packed(t.narrow(-1, 0, 19), 2, false,
+                                             false),
+               c10::Error);  // not three blocks
+  EXPECT_THROW(model::small_attention_kv(t.narrow(-1, 0, 10),
+                                         t.narrow(-1, 0, 12), 2, false),
+               c10::Error);  // K and V not of q's width
+}
+
 TEST(SmallAttention, RejectsTooManyPositions) {
   const auto t = torch::randn({2, 9, 8});
   EXPECT_THROW(model::small_attention(t, t, t, 2, false), c10::Error);
