@@ -27,8 +27,10 @@ CLI::App* setup_bench(CLI::App& app, BenchFlags& flags) {
             "or AVX-512) [default: all]");
   cmd->add_flag("--kernels", flags.kernels,
                 "Instead of the rows: every product shape of the mod47 "
-                "model's step alone on one thread, float32 and float64, "
-                "LibTorch's BLAS against twins' FMA-chain kernels, in "
+                "model's step alone on one thread, in the step's operand "
+                "layout (a weight's gradient reads dY transposed), float32 "
+                "and float64, LibTorch's BLAS against twins' FMA-chain "
+                "kernels, in "
                 "GFLOP/s and % of one core's FMA peak; and the MLP's product "
                 "with SiLU as a pass of its own against SiLU in the kernels' "
                 "stores, in ms");

@@ -192,7 +192,11 @@ double matmul_roof_gflops(const PairSpec& spec, const ThreadConfig& threads,
   std::vector<Operands> ops(workers);
   for (auto& o : ops) {
     for (const auto& sh : shapes) {
-      o.a.push_back(torch::randn({sh.batch, sh.m, sh.k}, opts));
+      // A in the step's layout (a weight gradient's dY^T read in place).
+      o.a.push_back(
+          sh.a_transposed
+              ? torch::randn({sh.batch, sh.k, sh.m}, opts).transpose(1, 2)
+              : torch::randn({sh.batch, sh.m, sh.k}, opts));
       o.b.push_back(torch::randn({sh.batch, sh.k, sh.n}, opts));
       o.c.push_back(torch::empty({sh.batch, sh.m, sh.n}, opts));
     }
@@ -678,7 +682,8 @@ std::vector<KernelFigure> kernel_figures(const std::string& task,
     if (sh.batch != 1)  // attention's, done by the small-attention kernel
       continue;
     auto same = [&](const KernelFigure& f) {
-      return f.m == sh.m && f.k == sh.k && f.n == sh.n;
+      return f.m == sh.m && f.k == sh.k && f.n == sh.n &&
+             f.a_transposed == sh.a_transposed;
     };
     auto it = std::find_if(out.begin(), out.end(), same);
     if (it != out.end()) {
@@ -688,10 +693,14 @@ std::vector<KernelFigure> kernel_figures(const std::string& task,
     }
     KernelFigure f;
     f.m = sh.m, f.k = sh.k, f.n = sh.n;
+    f.a_transposed = sh.a_transposed;
     f.share_of_step = sh.flops() / step_flops;
     f.fma_peak_gflops = peak;
     const auto opts = torch::TensorOptions().dtype(dtype);
-    const torch::Tensor a = torch::randn({sh.m, sh.k}, opts);
+    // A in the step's layout: a weight gradient's dY^T is dY read in place.
+    const torch::Tensor a = sh.a_transposed
+                                ? torch::randn({sh.k, sh.m}, opts).t()
+                                : torch::randn({sh.m, sh.k}, opts);
     const torch::Tensor b = torch::randn({sh.k, sh.n}, opts);
     torch::Tensor c;
     auto rate = [&](const std::function<void()>& product) {
@@ -710,19 +719,22 @@ std::string format_kernel_table(const std::vector<KernelFigure>& figures,
                                 const std::string& title) {
   std::string out = title + "\n";
   out += fmt::format(
-      "{:>6} {:>6} {:>6} {:>6} {:>7} {:>10} {:>10} {:>7} {:>7}\n", "m", "k",
-      "n", "count", "% step", "blas", "fma-chain", "% peak", "vs blas");
+      "{:>6} {:>6} {:>6} {:>2} {:>6} {:>7} {:>10} {:>10} {:>7} {:>7}\n", "m",
+      "k", "n", "A", "count", "% step", "blas", "fma-chain", "% peak",
+      "vs blas");
   for (const auto& f : figures) {
     out += fmt::format(
-        "{:>6} {:>6} {:>6} {:>6} {:>6.1f}% {:>10.1f} {:>10.1f} {:>6.0f}% "
+        "{:>6} {:>6} {:>6} {:>2} {:>6} {:>6.1f}% {:>10.1f} {:>10.1f} {:>6.0f}% "
         "{:>6.2f}x\n",
-        f.m, f.k, f.n, f.count, 100 * f.share_of_step, f.blas_gflops,
-        f.chain_gflops, 100 * f.chain_gflops / f.fma_peak_gflops,
+        f.m, f.k, f.n, f.a_transposed ? "T" : "", f.count,
+        100 * f.share_of_step, f.blas_gflops, f.chain_gflops,
+        100 * f.chain_gflops / f.fma_peak_gflops,
         f.chain_gflops / f.blas_gflops);
   }
   if (!figures.empty()) {
     out += fmt::format(
-        "(m x k)(k x n) products of one model step, one thread; GFLOP/s, "
+        "(m x k)(k x n) products of one model step, one thread; A: T where "
+        "the step reads it transposed (a weight's gradient dY^T X); GFLOP/s, "
         "medians; % peak: of one core's FMA peak, {:.1f} GFLOP/s ({} "
         "kernels' FMAs on registers); % step: of the step's matmul FLOPs\n",
         figures.front().fma_peak_gflops, model::isa_name(model::best_isa()));
@@ -809,6 +821,7 @@ nlohmann::json kernels_to_json(const std::vector<KernelFigure>& figures) {
     j.push_back({{"m", f.m},
                  {"k", f.k},
                  {"n", f.n},
+                 {"a_transposed", f.a_transposed},
                  {"count", f.count},
                  {"share_of_step", f.share_of_step},
                  {"blas_gflops", f.blas_gflops},

@@ -123,6 +123,7 @@ std::string eager_script_path();
 // latter as a fraction of one core's FMA peak (model::fma_peak_gflops).
 struct KernelFigure {
   int64_t m = 0, k = 0, n = 0;  // (m x k)(k x n)
+  bool a_transposed = false;    // A read transposed, as the step reads it
   int count = 1;                // products of this shape in the step
   double share_of_step = 0;     // of the step's matmul FLOPs (all shapes)
   double blas_gflops = 0, chain_gflops = 0, fma_peak_gflops = 0;

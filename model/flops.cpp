@@ -11,7 +11,7 @@ void linear(std::vector<MatmulShape>& out, int64_t rows, int64_t in,
             int64_t outd) {
   out.push_back({rows, in, outd});   // Y = X W^T
   out.push_back({rows, outd, in});   // dX = dY W
-  out.push_back({outd, rows, in});   // dW = dY^T X
+  out.push_back({outd, rows, in, 1, true});  // dW = dY^T X
 }
 
 // Per sequence and head: S = Q K^T (tq x hd)(hd x t), Y = A V (tq x t)(t x

@@ -21,6 +21,9 @@ namespace model {
 struct MatmulShape {
   int64_t m = 0, k = 0, n = 0;  // (m x k) @ (k x n)
   int64_t batch = 1;            // independent products of this shape
+  // A is read transposed in place: a weight's gradient dY^T X, the step's
+  // long-k products.
+  bool a_transposed = false;
   double flops() const { return 2.0 * double(m) * k * n * batch; }
 };
 

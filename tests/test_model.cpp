@@ -640,7 +640,9 @@ torch::Tensor fma_chain_oracle(const torch::Tensor& a, const torch::Tensor& b) {
 // each entry is exactly one chain of fused multiply-adds in index order,
 // bit for bit the scalar std::fma loop, with every instruction set, for
 // shapes that cut every tile edge (rows not a multiple of 6, columns not a
-// multiple of the vector width) and for A read in place transposed.
+// multiple of the vector width), for a k walked in blocks (300: two of 128
+// and one of 44, the tile stored and loaded between them) and for A read
+// in place transposed.
 TEST(FmaChain, EachEntryIsOneFusedChainInIndexOrderOnEveryInstructionSet) {
   if (runnable_isas().empty())
     GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
@@ -648,7 +650,7 @@ TEST(FmaChain, EachEntryIsOneFusedChainInIndexOrderOnEveryInstructionSet) {
   for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
     for (int64_t m : {1, 5, 6, 13}) {
       for (int64_t n : {1, 7, 16, 17, 47, 64, 65, 100}) {
-        for (int64_t k : {0, 1, 9, 64, 131}) {
+        for (int64_t k : {0, 1, 9, 64, 131, 300}) {
           const torch::Tensor a = torch::randn({m, k}, dtype);
           const torch::Tensor at = torch::randn({k, m}, dtype).t();
           const torch::Tensor b = torch::randn({k, n}, dtype);
@@ -839,7 +841,7 @@ TEST(FmaChain, SiluEpiloguesAreTheScalarSequenceOnEveryInstructionSet) {
     const bool f32 = dtype == torch::kFloat;
     for (int64_t m : {1, 7, 13}) {
       for (int64_t n : {1, 9, 17, 64, 100}) {
-        for (int64_t k : {1, 40}) {
+        for (int64_t k : {1, 40, 300}) {  // 300: the epilogue after blocks
           const torch::Tensor a = torch::randn({m, k}, dtype) * 20;
           const torch::Tensor at = (torch::randn({k, m}, dtype) * 20).t();
           const torch::Tensor b = torch::randn({k, n}, dtype);
