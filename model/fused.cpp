@@ -162,8 +162,7 @@ Qkv unpack(const Projected& p, bool last, int64_t d) {
     const int64_t kv = (p.qkv.size(-1) - d) / 2;
     const auto parts = p.qkv.split_with_sizes({d, kv, kv}, -1);
     const int64_t T = parts[0].size(1);
-    return {last ? parts[0].narrow(1, T - 1, 1) : parts[0], parts[1],
-            parts[2]};
+    return {last ? parts[0].narrow(1, T - 1, 1) : parts[0], parts[1], parts[2]};
   }
   if (p.kv.defined()) {
     const auto k_v = p.kv.split(p.kv.size(-1) / 2, -1);
@@ -181,8 +180,8 @@ Projected project(BlockImpl& block, const torch::Tensor& n, bool last,
   const torch::Tensor q_in = last ? n.narrow(1, T - 1, 1) : n;
   Projected p;
   if (!paths.fused_qkv) {
-    p.parts = {linear(attention.wq, q_in, paths), linear(attention.wk, n, paths),
-               linear(attention.wv, n, paths)};
+    p.parts = {linear(attention.wq, q_in, paths),
+               linear(attention.wk, n, paths), linear(attention.wv, n, paths)};
   } else if (last) {
     p.parts.q = linear(attention.wq, q_in, paths);
     p.kv = product(n, torch::cat({attention.wk->weight, attention.wv->weight}),

@@ -30,9 +30,9 @@ struct Rows {
 template <typename P>
 Rows<P> rows_of(const torch::Tensor& t, int64_t column = 0,
                 int64_t first_row = 0) {
-  return {t.data_ptr<std::remove_const_t<P>>() + column +
-              first_row * t.stride(1),
-          t.stride(0), t.stride(1)};
+  return {
+      t.data_ptr<std::remove_const_t<P>>() + column + first_row * t.stride(1),
+      t.stride(0), t.stride(1)};
 }
 
 using lanes::axpy;
@@ -247,7 +247,8 @@ void packed_backward(const Shape& s, const torch::Tensor* q,
                      torch::Tensor& gkv) {
   AT_DISPATCH_FLOATING_TYPES(kv.scalar_type(), "small_attention_backward", [&] {
     backward_kernel<scalar_t>(s, packed_blocks<const scalar_t>(s, q, kv), probs,
-                              gy.contiguous(), packed_blocks<scalar_t>(s, gq, gkv));
+                              gy.contiguous(),
+                              packed_blocks<scalar_t>(s, gq, gkv));
   });
 }
 
@@ -361,8 +362,9 @@ torch::Tensor small_attention_packed(const torch::Tensor& qkv, int64_t heads,
   return PackedAttention::apply(qkv, heads, causal, tq);
 }
 
-torch::Tensor small_attention_kv(const torch::Tensor& q, const torch::Tensor& kv,
-                                 int64_t heads, bool causal) {
+torch::Tensor small_attention_kv(const torch::Tensor& q,
+                                 const torch::Tensor& kv, int64_t heads,
+                                 bool causal) {
   TORCH_CHECK(kv.dim() == 3 && kv.size(2) % 2 == 0,
               "small_attention_kv: kv must be (B, T, 2d), got ", kv.sizes());
   const auto parts = kv.chunk(2, -1);

@@ -35,7 +35,8 @@ torch::Tensor small_attention_packed(const torch::Tensor& qkv, int64_t heads,
 
 // The same with q (B, Tq, d) apart and [K | V] packed in one (B, T, 2d)
 // tensor.
-torch::Tensor small_attention_kv(const torch::Tensor& q, const torch::Tensor& kv,
-                                 int64_t heads, bool causal);
+torch::Tensor small_attention_kv(const torch::Tensor& q,
+                                 const torch::Tensor& kv, int64_t heads,
+                                 bool causal);
 
 }  // namespace model

@@ -511,7 +511,10 @@ TEST(SmallAttention, PackedFormsAreTheKernelOnTheirBlocks) {
       const auto g_apart = backward(apart, {qkv})[0];
       EXPECT_TRUE(g_packed.equal(g_apart));
       if (last) {  // the earlier positions' queries have no gradient
-        EXPECT_EQ(g_packed.narrow(1, 0, T - 1).narrow(2, 0, d).abs().max()
+        EXPECT_EQ(g_packed.narrow(1, 0, T - 1)
+                      .narrow(2, 0, d)
+                      .abs()
+                      .max()
                       .item<float>(),
                   0.0f);
       }
@@ -528,9 +531,9 @@ TEST(SmallAttention, PackedFormsAreTheKernelOnTheirBlocks) {
     }
   }
   const auto t = torch::randn({2, 3, 20});
-  EXPECT_THROW(model::small_attention_packed(t.narrow(-1, 0, 19), 2, false,
-                                             false),
-               c10::Error);  // not three blocks
+  EXPECT_THROW(
+      model::small_attention_packed(t.narrow(-1, 0, 19), 2, false, false),
+      c10::Error);  // not three blocks
   EXPECT_THROW(model::small_attention_kv(t.narrow(-1, 0, 10),
                                          t.narrow(-1, 0, 12), 2, false),
                c10::Error);  // K and V not of q's width
