@@ -199,15 +199,20 @@ Projected project(BlockImpl& block, const torch::Tensor& n, bool last,
 torch::Tensor attention_output(BlockImpl& block, const Projected& p, bool last,
                                const SpeedPaths& paths) {
   AttentionImpl& attention = *block.attn;
+  const int64_t d = attention.wq->weight.size(0);  // Q's width
   if (!paths.small_attention)
-    return attention.attend(unpack(p, last, attention.wq->weight.size(0)));
+    return attention.attend(unpack(p, last, d));
   const int64_t heads = attention.heads();
   const bool causal = attention.causal();
-  const torch::Tensor attended =
-      p.qkv.defined() ? small_attention_packed(p.qkv, heads, causal, last)
-      : p.kv.defined()
-          ? small_attention_kv(p.parts.q, p.kv, heads, causal)
-          : small_attention(p.parts.q, p.parts.k, p.parts.v, heads, causal);
+  torch::Tensor attended;
+  if (p.qkv.defined() && p.qkv.size(-1) == 3 * d) {
+    attended = small_attention_packed(p.qkv, heads, causal, last);
+  } else if (p.kv.defined() && p.kv.size(-1) == 2 * d) {
+    attended = small_attention_kv(p.parts.q, p.kv, heads, causal);
+  } else {  // three tensors (keys and values of another width are refused)
+    const Qkv qkv = unpack(p, last, d);
+    attended = small_attention(qkv.q, qkv.k, qkv.v, heads, causal);
+  }
   return linear(attention.wo, attended, paths);
 }
 
