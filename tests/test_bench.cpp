@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
@@ -54,6 +56,28 @@ TEST(Flops, Mod47StepCountsEveryProductOfTheShortcutModel) {
   // Fewer sequences than tokens: no table.
   EXPECT_FALSE(model::uses_token_table(cfg, 48, false));
   EXPECT_TRUE(model::uses_token_table(cfg, 49, false));
+}
+
+// Each linear map's products are Y = X W^T, dX = dY W and dW = dY^T X, in
+// that order; only dW reads its A (dY) transposed, and its k is the rows
+// Y had. The bench times each product in that layout.
+TEST(Flops, OnlyTheWeightGradientsReadATransposed) {
+  model::ModelConfig cfg;
+  std::vector<model::MatmulShape> linear;
+  for (const auto& s : model::training_step_matmuls(cfg, 883, 3))
+    if (s.batch == 1)
+      linear.push_back(s);
+  ASSERT_EQ(linear.size() % 3, 0u);
+  for (size_t i = 0; i < linear.size(); i += 3) {
+    const auto &y = linear[i], &dx = linear[i + 1], &dw = linear[i + 2];
+    EXPECT_FALSE(y.a_transposed) << i;
+    EXPECT_FALSE(dx.a_transposed) << i;
+    EXPECT_TRUE(dw.a_transposed) << i;
+    // dW (out x rows)(rows x in) from Y's (rows x in)(in x out).
+    EXPECT_EQ(dw.m, y.n) << i;
+    EXPECT_EQ(dw.k, y.m) << i;
+    EXPECT_EQ(dw.n, y.k) << i;
+  }
 }
 
 TEST(Flops, FullModelScalesWithTokensAndDepth) {
@@ -221,12 +245,23 @@ TEST(BenchCommand, TheKernelRowAndTableRunWhereTheCpuHasTheKernels) {
       EXPECT_GT(f["fma_chain_gflops"].get<double>(), 0);
       EXPECT_GT(f["fma_peak_gflops"].get<double>(), 0);
     }
-    // Every product of the step but attention's (batch > 1).
+    // Every product of the step but attention's (batch > 1), each shape in
+    // the layout the step reads it (a_transposed: the weight gradients).
     model::ModelConfig cfg;
     int want = 0;
-    for (const auto& s : model::training_step_matmuls(cfg, 883, 3))
+    std::set<std::tuple<int64_t, int64_t, int64_t, bool>> want_shapes,
+        shapes;
+    for (const auto& s : model::training_step_matmuls(cfg, 883, 3)) {
       want += s.batch == 1;
+      if (s.batch == 1)
+        want_shapes.insert({s.m, s.k, s.n, s.a_transposed});
+    }
+    for (const auto& f : k["kernels"][dtype]) {
+      shapes.insert({f["m"].get<int64_t>(), f["k"].get<int64_t>(),
+                     f["n"].get<int64_t>(), f["a_transposed"].get<bool>()});
+    }
     EXPECT_EQ(products, want) << dtype;
+    EXPECT_EQ(shapes, want_shapes) << dtype;
     // The MLP's SiLU beside its product: forward and backward for the
     // first block's 2649 token rows and the last block's 883 sequences.
     std::vector<std::pair<std::string, int64_t>> passes;
