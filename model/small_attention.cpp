@@ -70,23 +70,53 @@ struct Blocks {
 // Batches per task of the thread pool: enough work to pay for a task.
 constexpr int64_t kGrain = 16;
 
+// The head width as a compile-time constant where it is one the models use
+// (16: the Table-3 model's 64 / 4; 32), so that the dot products and row
+// updates unroll and vectorise; 0 where it is only known at run time.
+template <int kHd>
+using HeadWidth = std::integral_constant<int, kHd>;
+
+template <typename F>
+void with_head_width(int64_t hd, F&& f) {
+  if (hd == 16)
+    return f(HeadWidth<16>{});
+  if (hd == 32)
+    return f(HeadWidth<32>{});
+  f(HeadWidth<0>{});
+}
+
+template <int kHd>
+int64_t head_width(const Shape& s) {
+  return kHd > 0 ? kHd : s.hd;
+}
+
+// Each output row's head block is set to zero where the kernel first
+// writes it, then accumulated in the order of the sums below: no pass of
+// its own zeroes the outputs, and the bits are those of accumulating into
+// a zeroed tensor.
 template <typename scalar_t>
+void zero(scalar_t* row, int64_t n) {
+  std::fill(row, row + n, scalar_t(0));
+}
+
+template <typename scalar_t, int kHd>
 void forward_kernel(const Shape& s, const Blocks<const scalar_t>& in,
                     torch::Tensor& probs, torch::Tensor& y) {
   scalar_t* P = probs.data_ptr<scalar_t>();  // (B, heads, Tq, T)
-  scalar_t* Y = y.data_ptr<scalar_t>();      // (B, Tq, d), zeros
+  scalar_t* Y = y.data_ptr<scalar_t>();      // (B, Tq, d)
   const auto scale = static_cast<scalar_t>(s.scale);
+  const int64_t hd = head_width<kHd>(s);
   at::parallel_for(0, s.B, kGrain, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       for (int64_t h = 0; h < s.heads; ++h) {
-        const int64_t off = h * s.hd;
+        const int64_t off = h * hd;
         for (int64_t i = 0; i < s.Tq; ++i) {
           const scalar_t* qi = in.q.at(b, i) + off;
           scalar_t* p = P + ((b * s.heads + h) * s.Tq + i) * s.T;
           const int64_t last = s.last_key(i);
           scalar_t m = -std::numeric_limits<scalar_t>::infinity();
           for (int64_t j = 0; j <= last; ++j) {
-            p[j] = dot(qi, in.k.at(b, j) + off, s.hd) * scale;
+            p[j] = dot(qi, in.k.at(b, j) + off, hd) * scale;
             m = std::max(m, p[j]);
           }
           scalar_t sum = 0;
@@ -95,9 +125,10 @@ void forward_kernel(const Shape& s, const Blocks<const scalar_t>& in,
             sum += p[j];
           }
           scalar_t* yi = Y + (b * s.Tq + i) * s.d + off;
+          zero(yi, hd);
           for (int64_t j = 0; j <= last; ++j) {
             p[j] /= sum;
-            axpy(p[j], in.v.at(b, j) + off, yi, s.hd);
+            axpy(p[j], in.v.at(b, j) + off, yi, hd);
           }
           for (int64_t j = last + 1; j < s.T; ++j) p[j] = 0;
         }
@@ -108,35 +139,42 @@ void forward_kernel(const Shape& s, const Blocks<const scalar_t>& in,
 
 // With S = scale Q K^T, P = softmax(S), Y = P V and G = dL/dY, per head:
 // dV = P^T G, dP = G V^T, dS = P * (dP - rowsum(P * dP)), dQ = scale dS K,
-// dK = scale dS^T Q. `out`'s rows hold zeros.
-template <typename scalar_t>
+// dK = scale dS^T Q. Every row of `out`'s K and V blocks and its Tq query
+// rows is written (zeroed first, then summed into).
+template <typename scalar_t, int kHd>
 void backward_kernel(const Shape& s, const Blocks<const scalar_t>& in,
                      const torch::Tensor& probs, const torch::Tensor& gy,
                      const Blocks<scalar_t>& out) {
   const scalar_t* P = probs.data_ptr<scalar_t>();
   const scalar_t* G = gy.data_ptr<scalar_t>();  // (B, Tq, d) contiguous
   const auto scale = static_cast<scalar_t>(s.scale);
+  const int64_t hd = head_width<kHd>(s);
   at::parallel_for(0, s.B, kGrain, [&](int64_t b0, int64_t b1) {
     scalar_t ds[kSmallAttentionMaxPositions];
     for (int64_t b = b0; b < b1; ++b) {
       for (int64_t h = 0; h < s.heads; ++h) {
-        const int64_t off = h * s.hd;
+        const int64_t off = h * hd;
+        for (int64_t j = 0; j < s.T; ++j) {
+          zero(out.k.at(b, j) + off, hd);
+          zero(out.v.at(b, j) + off, hd);
+        }
         for (int64_t i = 0; i < s.Tq; ++i) {
           const scalar_t* p = P + ((b * s.heads + h) * s.Tq + i) * s.T;
           const scalar_t* gi = G + (b * s.Tq + i) * s.d + off;
           const int64_t last = s.last_key(i);
           scalar_t pdp = 0;  // rowsum(P * dP)
           for (int64_t j = 0; j <= last; ++j) {
-            ds[j] = dot(gi, in.v.at(b, j) + off, s.hd);  // dP
+            ds[j] = dot(gi, in.v.at(b, j) + off, hd);  // dP
             pdp += p[j] * ds[j];
           }
           scalar_t* gqi = out.q.at(b, i) + off;
           const scalar_t* qi = in.q.at(b, i) + off;
+          zero(gqi, hd);
           for (int64_t j = 0; j <= last; ++j) {
             ds[j] = p[j] * (ds[j] - pdp) * scale;
-            axpy(ds[j], in.k.at(b, j) + off, gqi, s.hd);
-            axpy(ds[j], qi, out.k.at(b, j) + off, s.hd);
-            axpy(p[j], gi, out.v.at(b, j) + off, s.hd);
+            axpy(ds[j], in.k.at(b, j) + off, gqi, hd);
+            axpy(ds[j], qi, out.k.at(b, j) + off, hd);
+            axpy(p[j], gi, out.v.at(b, j) + off, hd);
           }
         }
       }
@@ -153,10 +191,22 @@ struct Attended {
 template <typename scalar_t>
 Attended forward_pass(const Shape& s, const Blocks<const scalar_t>& in,
                       const torch::TensorOptions& options) {
-  Attended out{torch::zeros({s.B, s.Tq, s.d}, options),
+  Attended out{torch::empty({s.B, s.Tq, s.d}, options),
                torch::empty({s.B, s.heads, s.Tq, s.T}, options)};
-  forward_kernel<scalar_t>(s, in, out.probs, out.y);
+  with_head_width(s.hd, [&](auto width) {
+    forward_kernel<scalar_t, decltype(width)::value>(s, in, out.probs, out.y);
+  });
   return out;
+}
+
+// The backward pass into `out`'s rows (see backward_kernel).
+template <typename scalar_t>
+void backward_pass(const Shape& s, const Blocks<const scalar_t>& in,
+                   const torch::Tensor& probs, const torch::Tensor& gy,
+                   const Blocks<scalar_t>& out) {
+  with_head_width(s.hd, [&](auto width) {
+    backward_kernel<scalar_t, decltype(width)::value>(s, in, probs, gy, out);
+  });
 }
 
 torch::Tensor last_dim_contiguous(const torch::Tensor& t) {
@@ -200,12 +250,12 @@ class SmallAttention : public torch::autograd::Function<SmallAttention> {
                              ctx->saved_data["heads"].toInt(),
                              ctx->saved_data["causal"].toBool());
     const torch::Tensor gy = grads[0].contiguous();
-    torch::Tensor gq = torch::zeros({s.B, s.Tq, s.d}, q.options());
-    torch::Tensor gk = torch::zeros({s.B, s.T, s.d}, q.options());
-    torch::Tensor gv = torch::zeros({s.B, s.T, s.d}, q.options());
+    torch::Tensor gq = torch::empty({s.B, s.Tq, s.d}, q.options());
+    torch::Tensor gk = torch::empty({s.B, s.T, s.d}, q.options());
+    torch::Tensor gv = torch::empty({s.B, s.T, s.d}, q.options());
     AT_DISPATCH_FLOATING_TYPES(
         q.scalar_type(), "small_attention_backward", [&] {
-          backward_kernel<scalar_t>(
+          backward_pass<scalar_t>(
               s,
               {rows_of<const scalar_t>(q), rows_of<const scalar_t>(k),
                rows_of<const scalar_t>(v)},
@@ -238,17 +288,20 @@ Attended packed_forward(const Shape& s, const torch::Tensor* q,
   return a;
 }
 
-// The gradients into zeroed *gq (where q is given) and gkv, kv's shape:
-// the packed layout is kept, so no split's backward gathers Q's, K's and
-// V's gradients into one.
+// The gradients into *gq (where q is given) and gkv, kv's shape, both
+// written whole: the packed layout is kept, so no split's backward gathers
+// Q's, K's and V's gradients into one. Where Q sits in gkv for the last Tq
+// positions only, the earlier positions' Q rows are zero.
 void packed_backward(const Shape& s, const torch::Tensor* q,
                      const torch::Tensor& kv, const torch::Tensor& probs,
                      const torch::Tensor& gy, torch::Tensor* gq,
                      torch::Tensor& gkv) {
+  if (gq == nullptr && s.Tq < s.T)
+    gkv.narrow(1, 0, s.T - s.Tq).narrow(2, 0, s.d).zero_();
   AT_DISPATCH_FLOATING_TYPES(kv.scalar_type(), "small_attention_backward", [&] {
-    backward_kernel<scalar_t>(s, packed_blocks<const scalar_t>(s, q, kv), probs,
-                              gy.contiguous(),
-                              packed_blocks<scalar_t>(s, gq, gkv));
+    backward_pass<scalar_t>(s, packed_blocks<const scalar_t>(s, q, kv), probs,
+                            gy.contiguous(),
+                            packed_blocks<scalar_t>(s, gq, gkv));
   });
 }
 
@@ -273,7 +326,7 @@ class PackedAttention : public torch::autograd::Function<PackedAttention> {
     const Shape s = shape(qkv, ctx->saved_data["heads"].toInt(),
                           ctx->saved_data["causal"].toBool(),
                           ctx->saved_data["tq"].toInt());
-    torch::Tensor g = torch::zeros_like(qkv);
+    torch::Tensor g = torch::empty_like(qkv);
     packed_backward(s, nullptr, qkv, probs, grads[0], nullptr, g);
     return {g, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
@@ -304,8 +357,8 @@ class KvAttention : public torch::autograd::Function<KvAttention> {
     const torch::Tensor &q = saved[0], &kv = saved[1], &probs = saved[2];
     const Shape s = shape(q, kv, ctx->saved_data["heads"].toInt(),
                           ctx->saved_data["causal"].toBool());
-    torch::Tensor gq = torch::zeros_like(q);
-    torch::Tensor gkv = torch::zeros_like(kv);
+    torch::Tensor gq = torch::empty_like(q);
+    torch::Tensor gkv = torch::empty_like(kv);
     packed_backward(s, &q, kv, probs, grads[0], &gq, gkv);
     return {gq, gkv, torch::Tensor(), torch::Tensor()};
   }
