@@ -97,6 +97,44 @@ class RmsNorm : public torch::autograd::Function<RmsNorm> {
 };
 
 // ---------------------------------------------------------------------------
+// Rows of a table gathered by index: index_select's function, with a
+// backward that adds each gathered row's gradient into its table row in
+// index order, as index_select's backward (index_add_ into zeros) does,
+// in one loop instead of a LibTorch operation per row.
+
+template <typename scalar_t>
+void add_rows(const scalar_t* grad, const int64_t* rows, int64_t n,
+              int64_t width, scalar_t* table_grad) {
+  for (int64_t i = 0; i < n; ++i, grad += width) {
+    scalar_t* out = table_grad + rows[i] * width;
+    for (int64_t c = 0; c < width; ++c)
+      out[c] += grad[c];
+  }
+}
+
+class GatherRows : public torch::autograd::Function<GatherRows> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& table,
+                               const torch::Tensor& rows) {
+    ctx->save_for_backward({rows});
+    ctx->saved_data["table_rows"] = table.size(0);
+    return table.index_select(0, rows);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const torch::Tensor rows = ctx->get_saved_variables()[0];
+    const torch::Tensor g = grads[0].contiguous();
+    torch::Tensor table_grad = torch::zeros(
+        {ctx->saved_data["table_rows"].toInt(), g.size(1)}, g.options());
+    AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "gather_rows_backward", [&] {
+      add_rows(g.data_ptr<scalar_t>(), rows.data_ptr<int64_t>(), g.size(0),
+               g.size(1), table_grad.data_ptr<scalar_t>());
+    });
+    return {table_grad, torch::Tensor()};
+  }
+};
+
+// ---------------------------------------------------------------------------
 // The forward pass: reference_forward's operations, each speed path where
 // `paths` takes it.
 
@@ -118,12 +156,21 @@ torch::Tensor linear(torch::nn::Linear& module, const torch::Tensor& x,
   return paths.fma_chain ? chain_linear(x, module->weight) : module(x);
 }
 
-// BlockImpl::mlp's W2 silu(W1 n); on the kernels with SiLU in their
-// stores.
-torch::Tensor mlp(BlockImpl& block, const torch::Tensor& n,
-                  const SpeedPaths& paths) {
-  return paths.fma_chain ? chain_mlp(n, block.w1->weight, block.w2->weight)
-                         : block.mlp(n);
+// residual + x W^T: on the kernels the sum is in the product's stores.
+torch::Tensor residual_linear(const torch::Tensor& residual,
+                              torch::nn::Linear& module, const torch::Tensor& x,
+                              const SpeedPaths& paths) {
+  return paths.fma_chain ? chain_linear(x, module->weight, residual)
+                         : residual + module(x);
+}
+
+// residual + BlockImpl::mlp's W2 silu(W1 n); on the kernels with SiLU and
+// the sum in their stores.
+torch::Tensor residual_mlp(const torch::Tensor& residual, BlockImpl& block,
+                           const torch::Tensor& n, const SpeedPaths& paths) {
+  return paths.fma_chain
+             ? chain_mlp(n, block.w1->weight, block.w2->weight, residual)
+             : residual + block.mlp(n);
 }
 
 // Embedding and positional: (B, T, d).
@@ -195,13 +242,14 @@ Projected project(BlockImpl& block, const torch::Tensor& n, bool last,
   return p;
 }
 
-// The attention's output (B, T or 1, d), W_O applied.
-torch::Tensor attention_output(BlockImpl& block, const Projected& p, bool last,
+// residual + the attention's output (B, T or 1, d), W_O applied.
+torch::Tensor attention_output(const torch::Tensor& residual, BlockImpl& block,
+                               const Projected& p, bool last,
                                const SpeedPaths& paths) {
   AttentionImpl& attention = *block.attn;
   const int64_t d = attention.wq->weight.size(0);  // Q's width
   if (!paths.small_attention)
-    return attention.attend(unpack(p, last, d));
+    return residual + attention.attend(unpack(p, last, d));
   const int64_t heads = attention.heads();
   const bool causal = attention.causal();
   torch::Tensor attended;
@@ -213,7 +261,7 @@ torch::Tensor attention_output(BlockImpl& block, const Projected& p, bool last,
     const Qkv qkv = unpack(p, last, d);
     attended = small_attention(qkv.q, qkv.k, qkv.v, heads, causal);
   }
-  return linear(attention.wo, attended, paths);
+  return residual_linear(residual, attention.wo, attended, paths);
 }
 
 // The block from its attention's projections; with `last` only the last
@@ -221,9 +269,9 @@ torch::Tensor attention_output(BlockImpl& block, const Projected& p, bool last,
 torch::Tensor finish_block(BlockImpl& block, const torch::Tensor& x,
                            const Projected& projected, bool last,
                            const SpeedPaths& paths) {
-  const torch::Tensor h = (last ? x.narrow(1, x.size(1) - 1, 1) : x) +
-                          attention_output(block, projected, last, paths);
-  return h + mlp(block, norm(block.norm2, h, paths), paths);
+  const torch::Tensor h = attention_output(
+      last ? x.narrow(1, x.size(1) - 1, 1) : x, block, projected, last, paths);
+  return residual_mlp(h, block, norm(block.norm2, h, paths), paths);
 }
 
 // The first block with its token-wise work done once per row of a table of
@@ -257,9 +305,9 @@ torch::Tensor first_block_by_table(TransformerImpl& model,
   // Gathered apart: each gather's backward adds its rows into its own
   // table's gradient.
   Projected p;
-  p.qkv = projected.index_select(0, rows).view({B, T, -1});
-  return finish_block(block, table.index_select(0, rows).view({B, T, d}), p,
-                      last, paths);
+  p.qkv = gather_rows(projected, rows).view({B, T, -1});
+  return finish_block(block, gather_rows(table, rows).view({B, T, d}), p, last,
+                      paths);
 }
 
 }  // namespace
@@ -329,6 +377,16 @@ torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& gain) 
                   gain.scalar_type() == x.scalar_type(),
               "fused_rms_norm: gain and x differ in device or dtype");
   return RmsNorm::apply(x, gain);
+}
+
+torch::Tensor gather_rows(const torch::Tensor& table,
+                          const torch::Tensor& rows) {
+  check_cpu_float(table, "gather_rows");
+  TORCH_CHECK(table.dim() == 2 && rows.dim() == 1 &&
+                  rows.scalar_type() == torch::kLong && rows.device().is_cpu(),
+              "gather_rows: needs a (R, w) table and int64 CPU rows, got ",
+              table.sizes(), " and ", rows.sizes(), " ", rows.scalar_type());
+  return GatherRows::apply(table, rows.contiguous());
 }
 
 }  // namespace model

@@ -82,4 +82,12 @@ torch::Tensor fast_forward(TransformerImpl& model, const torch::Tensor& tokens);
 // thread: the result does not depend on the thread count.
 torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& gain);
 
+// table.index_select(0, rows) for a (R, w) float32 / float64 CPU table and
+// int64 rows in [0, R), differentiable in the table with index_select's
+// bits: each gathered row's gradient added into its table row in the order
+// of `rows`, into zeros (index_add_'s order), in one loop rather than a
+// LibTorch operation per row. The token table's gathers.
+torch::Tensor gather_rows(const torch::Tensor& table,
+                          const torch::Tensor& rows);
+
 }  // namespace model

@@ -48,7 +48,7 @@ void run_kernel(Isa isa, const gemm::Operands<T>& g) {
 // the tensors of C's layout that they write or read.
 struct Finish {
   int epilogue = gemm::kStore;
-  torch::Tensor sig, act;
+  torch::Tensor sig, act, add;
 };
 
 // The rows of C are shared among the intra-op threads in blocks of whole
@@ -60,6 +60,7 @@ void multiply(Isa isa, const torch::Tensor& a, const torch::Tensor& b,
   g.epilogue = finish.epilogue;
   g.sig = finish.sig.defined() ? finish.sig.data_ptr<T>() : nullptr;
   g.act = finish.act.defined() ? finish.act.data_ptr<T>() : nullptr;
+  g.add = finish.add.defined() ? finish.add.data_ptr<T>() : nullptr;
   g.a = a.data_ptr<T>();
   g.a_row = a.stride(0);
   g.a_col = a.stride(1);
@@ -86,51 +87,181 @@ void multiply(Isa isa, const torch::Tensor& a, const torch::Tensor& b,
       part.sig = g.sig + begin * g.ldc;
     if (g.act)
       part.act = g.act + begin * g.ldc;
+    if (g.add)
+      part.add = g.add + begin * g.ldc;
     part.m = end - begin;
     part.pack = pack.data();
     run_kernel(isa, part);
   });
 }
 
+// ---------------------------------------------------------------------------
+// The MLP's backward on one thread, walked in blocks of kMlpRows rows: a
+// block's dL/dh = dY W2 * SiLU'(h) stays in cache while dX's rows and the
+// two weight gradients take it, and the block's act is read once for both
+// its epilogue and dW2. The weight gradients' chains go on from one block
+// to the next in row order (Operands::resume), so every entry of every
+// output is the chain the unfused products compute: the same bits. Unfused,
+// dL/dh (rows x f) went to memory and was read back twice, and act twice.
+
+constexpr int64_t kMlpRows = 128;
+
+// Operands of C (m x n, row stride ldc) = A B with A(i, p) =
+// a[i * a_row + p * a_col] and B's rows ldb apart.
+template <typename T>
+gemm::Operands<T> operands(const T* a, int64_t a_row, int64_t a_col, const T* b,
+                           int64_t ldb, T* c, int64_t ldc, int64_t m, int64_t n,
+                           int64_t k, T* pack) {
+  gemm::Operands<T> g;
+  g.a = a;
+  g.a_row = a_row;
+  g.a_col = a_col;
+  g.b = b;
+  g.ldb = ldb;
+  g.c = c;
+  g.ldc = ldc;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.pack = pack;
+  return g;
+}
+
+// x (N, d), w1 (f, d), w2 (d, f), act and sig (N, f), gy (N, d), all
+// contiguous; writes gx (N, d), gw1 (f, d), gw2 (d, f).
+template <typename T>
+void mlp_backward_in_rows(Isa isa, const T* x, const T* w1, const T* w2,
+                          const T* act, const T* sig, const T* gy, T* gx,
+                          T* gw1, T* gw2, int64_t N, int64_t d, int64_t f) {
+  thread_local std::vector<T> gh, pack;  // a block's dL/dh; a packed panel
+  gh.resize(size_t(kMlpRows * f));
+  pack.resize(size_t(std::max({d, f, kMlpRows}) * gemm::kPackWidth));
+  for (int64_t p0 = 0; p0 < N; p0 += kMlpRows) {
+    const int64_t rows = std::min(kMlpRows, N - p0);
+    // dL/dh = dY W2 times SiLU'(h).
+    gemm::Operands<T> g = operands(gy + p0 * d, d, 1, w2, f, gh.data(), f, rows,
+                                   f, d, pack.data());
+    g.epilogue = gemm::kSiluGrad;
+    g.act = act + p0 * f;
+    g.sig = const_cast<T*>(sig + p0 * f);  // read only by kSiluGrad
+    run_kernel(isa, g);
+    // dX = dL/dh W1.
+    run_kernel(isa, operands(gh.data(), f, 1, w1, d, gx + p0 * d, d, rows, d, f,
+                             pack.data()));
+    // dW1 = dL/dh^T X and dW2 = dY^T act, over this block's rows.
+    g = operands(gh.data(), 1, f, x + p0 * d, d, gw1, d, f, d, rows,
+                 pack.data());
+    g.resume = p0 > 0;
+    run_kernel(isa, g);
+    g = operands(gy + p0 * d, 1, d, act + p0 * f, f, gw2, f, d, f, rows,
+                 pack.data());
+    g.resume = p0 > 0;
+    run_kernel(isa, g);
+  }
+}
+
+// The MLP's forward on one thread in the same blocks of rows: a block's
+// act = SiLU(x W1) (and its sigmoid, for the backward) goes to memory and
+// is read back by act W2 + residual while still in cache. Row by row the
+// products of chain_mm_silu and chain_mm_add: the same bits.
+template <typename T>
+void mlp_forward_in_rows(Isa isa, const T* x, const T* w1t, const T* w2t,
+                         const T* residual, T* act, T* sig, T* y, int64_t N,
+                         int64_t d, int64_t f) {
+  thread_local std::vector<T> pack;
+  pack.resize(size_t(std::max(d, f) * gemm::kPackWidth));
+  for (int64_t p0 = 0; p0 < N; p0 += kMlpRows) {
+    const int64_t rows = std::min(kMlpRows, N - p0);
+    gemm::Operands<T> g = operands(x + p0 * d, d, 1, w1t, f, act + p0 * f, f,
+                                   rows, f, d, pack.data());
+    g.epilogue = gemm::kSilu;
+    g.sig = sig + p0 * f;
+    run_kernel(isa, g);
+    g = operands(static_cast<const T*>(act + p0 * f), f, 1, w2t, d, y + p0 * d,
+                 d, rows, d, f, pack.data());
+    g.epilogue = gemm::kAdd;
+    g.add = residual + p0 * d;
+    run_kernel(isa, g);
+  }
+}
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// A residual (..., out) as the rows of C's layout that kAdd reads.
+torch::Tensor residual_rows(const torch::Tensor& residual) {
+  return residual.reshape({-1, residual.size(-1)}).contiguous();
+}
+
+// x W^T, plus a residual (in the product's stores) where one is given:
+// chain_linear. (LibTorch 1.13's functions take no undefined input, so
+// the residual is a further argument, not an empty one.)
 class ChainLinear : public torch::autograd::Function<ChainLinear> {
  public:
+  template <typename... Residual>
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& w) {
+                               const torch::Tensor& w,
+                               const Residual&... residual) {
+    static_assert(sizeof...(Residual) <= 1, "one residual at most");
     ctx->save_for_backward({x, w});
+    ctx->saved_data["residual"] = sizeof...(Residual) == 1;
     const torch::Tensor rows = x.reshape({-1, x.size(-1)});  // (N, in)
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = w.size(0);
-    return chain_mm(rows, w.t().contiguous()).view(shape);  // (..., out)
+    const torch::Tensor wt = w.t().contiguous();
+    torch::Tensor y;
+    if constexpr (sizeof...(Residual) == 1)
+      y = chain_mm_add(rows, wt, residual_rows(residual...));
+    else
+      y = chain_mm(rows, wt);
+    return y.view(shape);  // (..., out)
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &w = saved[1];
     const torch::Tensor gy = grads[0].reshape({-1, w.size(0)});  // (N, out)
-    torch::Tensor gx, gw;
+    variable_list out(ctx->saved_data["residual"].toBool() ? 3 : 2);
     if (ctx->needs_input_grad(0))
-      gx = chain_mm(gy, w).view(x.sizes());  // dY W
+      out[0] = chain_mm(gy, w).view(x.sizes());  // dY W
     if (ctx->needs_input_grad(1))
-      gw = chain_mm(gy.t(), x.reshape({-1, x.size(-1)}));  // dY^T X
-    return {gx, gw};
+      out[1] = chain_mm(gy.t(), x.reshape({-1, x.size(-1)}));  // dY^T X
+    if (out.size() == 3 && ctx->needs_input_grad(2))
+      out[2] = grads[0];  // the sum's gradient, as a separate addition's
+    return out;
   }
 };
 
-// W2 silu(W1 x): chain_mlp.
+// W2 silu(W1 x), plus a residual where one is given: chain_mlp.
 class ChainMlp : public torch::autograd::Function<ChainMlp> {
  public:
+  template <typename... Residual>
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& w1,
-                               const torch::Tensor& w2) {
+                               const torch::Tensor& w1, const torch::Tensor& w2,
+                               const Residual&... residual) {
+    static_assert(sizeof...(Residual) <= 1, "one residual at most");
     const torch::Tensor rows = x.reshape({-1, x.size(-1)});  // (N, d)
-    const SiluProduct hidden = chain_mm_silu(rows, w1.t().contiguous());
-    ctx->save_for_backward({rows, w1, w2, hidden.act, hidden.sig});
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = w2.size(0);
-    return chain_mm(hidden.act, w2.t().contiguous()).view(shape);
+    const torch::Tensor w1t = w1.t().contiguous(), w2t = w2.t().contiguous();
+    ctx->saved_data["residual"] = sizeof...(Residual) == 1;
+    SiluProduct hidden;
+    torch::Tensor y;
+    if constexpr (sizeof...(Residual) == 1) {
+      if (at::get_num_threads() == 1) {  // in blocks of rows, one thread
+        y = forward_in_rows(rows.contiguous(), w1t, w2t,
+                            residual_rows(residual...), hidden);
+        ctx->save_for_backward({rows, w1, w2, hidden.act, hidden.sig});
+        return y.view(shape);
+      }
+    }
+    hidden = chain_mm_silu(rows, w1t);
+    ctx->save_for_backward({rows, w1, w2, hidden.act, hidden.sig});
+    if constexpr (sizeof...(Residual) == 1)
+      y = chain_mm_add(hidden.act, w2t, residual_rows(residual...));
+    else
+      y = chain_mm(hidden.act, w2t);
+    return y.view(shape);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -138,12 +269,73 @@ class ChainMlp : public torch::autograd::Function<ChainMlp> {
     const torch::Tensor &rows = saved[0], &w1 = saved[1], &w2 = saved[2],
                         &act = saved[3], &sig = saved[4];
     const torch::Tensor gy = grads[0].reshape({-1, w2.size(0)});  // (N, d)
-    // dL/dh, h = W1 x: dY W2 times SiLU'(h), in the product's stores.
-    const torch::Tensor gh = chain_mm_silu_grad(gy, w2, act, sig);
     std::vector<int64_t> shape = grads[0].sizes().vec();
     shape.back() = w1.size(1);
-    return {chain_mm(gh, w1).view(shape), chain_mm(gh.t(), rows),
-            chain_mm(gy.t(), act)};
+    variable_list out;
+    if (at::get_num_threads() == 1) {
+      out = backward_in_rows(rows, w1, w2, act, sig, gy.contiguous());
+      out[0] = out[0].view(shape);
+    } else {  // the products split their rows over the threads
+      // dL/dh, h = W1 x: dY W2 times SiLU'(h), in the product's stores.
+      const torch::Tensor gh = chain_mm_silu_grad(gy, w2, act, sig);
+      out = {chain_mm(gh, w1).view(shape), chain_mm(gh.t(), rows),
+             chain_mm(gy.t(), act)};
+    }
+    if (ctx->saved_data["residual"].toBool())
+      out.push_back(ctx->needs_input_grad(3) ? grads[0] : torch::Tensor());
+    return out;
+  }
+
+ private:
+  // act W2 + residual by mlp_forward_in_rows, act and sig into `hidden`.
+  static torch::Tensor forward_in_rows(const torch::Tensor& x,
+                                       const torch::Tensor& w1t,
+                                       const torch::Tensor& w2t,
+                                       const torch::Tensor& residual,
+                                       SiluProduct& hidden) {
+    const int64_t N = x.size(0), d = x.size(1), f = w1t.size(1);
+    hidden.act = torch::empty({N, f}, x.options());
+    hidden.sig = torch::empty({N, f}, x.options());
+    torch::Tensor y = torch::empty({N, w2t.size(1)}, x.options());
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "chain_mlp", [&] {
+      mlp_forward_in_rows<scalar_t>(
+          best_isa(), x.data_ptr<scalar_t>(), w1t.data_ptr<scalar_t>(),
+          w2t.data_ptr<scalar_t>(), residual.data_ptr<scalar_t>(),
+          hidden.act.data_ptr<scalar_t>(), hidden.sig.data_ptr<scalar_t>(),
+          y.data_ptr<scalar_t>(), N, d, f);
+    });
+    g_chain_products += 2;
+    return y;
+  }
+
+  // {dX, dW1, dW2} by mlp_backward_in_rows.
+  static variable_list backward_in_rows(const torch::Tensor& rows,
+                                        const torch::Tensor& w1,
+                                        const torch::Tensor& w2,
+                                        const torch::Tensor& act,
+                                        const torch::Tensor& sig,
+                                        const torch::Tensor& gy) {
+    const torch::Tensor x = rows.contiguous(), w1c = w1.contiguous(),
+                        w2c = w2.contiguous();
+    const int64_t N = x.size(0), d = x.size(1), f = w1.size(0);
+    torch::Tensor gx = torch::empty({N, d}, x.options());
+    torch::Tensor gw1 = torch::empty({f, d}, x.options());
+    torch::Tensor gw2 = torch::empty({d, f}, x.options());
+    if (N == 0) {
+      gw1.zero_();
+      gw2.zero_();
+      return {gx, gw1, gw2};
+    }
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "chain_mlp_backward", [&] {
+      mlp_backward_in_rows<scalar_t>(
+          best_isa(), x.data_ptr<scalar_t>(), w1c.data_ptr<scalar_t>(),
+          w2c.data_ptr<scalar_t>(), act.data_ptr<scalar_t>(),
+          sig.data_ptr<scalar_t>(), gy.data_ptr<scalar_t>(),
+          gx.data_ptr<scalar_t>(), gw1.data_ptr<scalar_t>(),
+          gw2.data_ptr<scalar_t>(), N, d, f);
+    });
+    g_chain_products += 4;
+    return {gx, gw1, gw2};
   }
 };
 
@@ -192,6 +384,20 @@ torch::Tensor product(const torch::Tensor& a, const torch::Tensor& b, Isa isa,
   else
     multiply<double>(isa, a, rows, c, finish);
   return c;
+}
+
+// An undefined residual, or one of the output's shape (x's with the last
+// dimension `out`) and x's dtype.
+void check_residual(const torch::Tensor& residual, const torch::Tensor& x,
+                    int64_t out, const char* what) {
+  if (!residual.defined())
+    return;
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = out;
+  TORCH_CHECK(
+      residual.sizes() == shape && residual.scalar_type() == x.scalar_type(),
+      what, ": residual ", residual.sizes(), " ", residual.scalar_type(),
+      " is not the output's ", shape, " ", x.scalar_type());
 }
 
 }  // namespace
@@ -276,6 +482,21 @@ torch::Tensor chain_mm_silu_grad(const torch::Tensor& a, const torch::Tensor& b,
   return product(a, b, isa, finish);
 }
 
+torch::Tensor chain_mm_add(const torch::Tensor& a, const torch::Tensor& b,
+                           const torch::Tensor& add, Isa isa) {
+  check_operands(a, b, isa, "chain_mm_add");
+  TORCH_CHECK(add.dim() == 2 && add.size(0) == a.size(0) &&
+                  add.size(1) == b.size(1) &&
+                  add.scalar_type() == a.scalar_type() && add.device().is_cpu(),
+              "chain_mm_add: the addend must be a ", a.size(0), " x ",
+              b.size(1), " ", a.scalar_type(), " CPU tensor, got ", add.sizes(),
+              " ", add.scalar_type());
+  Finish finish;
+  finish.epilogue = gemm::kAdd;
+  finish.add = add.contiguous();  // C's layout
+  return product(a, b, isa, finish);
+}
+
 double fma_peak_gflops(torch::Dtype dtype, Isa isa) {
   TORCH_CHECK(isa != Isa::kNone && isa <= best_isa(),
               "fma_peak_gflops: ", "this CPU cannot run the ", isa_name(isa),
@@ -307,19 +528,25 @@ double fma_exp(double x) {
 }
 
 torch::Tensor chain_mlp(const torch::Tensor& x, const torch::Tensor& w1,
-                        const torch::Tensor& w2) {
+                        const torch::Tensor& w2,
+                        const torch::Tensor& residual) {
   TORCH_CHECK(w1.dim() == 2 && w2.dim() == 2 && x.dim() >= 1 &&
                   x.size(-1) == w1.size(1) && w2.size(1) == w1.size(0),
               "chain_mlp: weights ", w1.sizes(), " and ", w2.sizes(),
               " do not match input ", x.sizes());
-  return ChainMlp::apply(x, w1, w2);
+  check_residual(residual, x, w2.size(0), "chain_mlp");
+  return residual.defined() ? ChainMlp::apply(x, w1, w2, residual)
+                            : ChainMlp::apply(x, w1, w2);
 }
 
-torch::Tensor chain_linear(const torch::Tensor& x, const torch::Tensor& w) {
+torch::Tensor chain_linear(const torch::Tensor& x, const torch::Tensor& w,
+                           const torch::Tensor& residual) {
   TORCH_CHECK(w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1),
               "chain_linear: weight ", w.sizes(), " does not match input ",
               x.sizes());
-  return ChainLinear::apply(x, w);
+  check_residual(residual, x, w.size(0), "chain_linear");
+  return residual.defined() ? ChainLinear::apply(x, w, residual)
+                            : ChainLinear::apply(x, w);
 }
 
 }  // namespace model

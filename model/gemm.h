@@ -67,9 +67,18 @@ double fma_peak_gflops(torch::Dtype dtype, Isa isa = best_isa());
 // order (MKL's small float64 products do) and the bits cannot tell.
 int64_t chain_products();
 
+// C = A B + add, `add` of C's shape: each entry's chain, then one addition
+// in the store (the bits of chain_mm's C plus add as a separate sum).
+torch::Tensor chain_mm_add(const torch::Tensor& a, const torch::Tensor& b,
+                           const torch::Tensor& add, Isa isa = best_isa());
+
 // x W^T for x (..., in) and W (out, in), differentiable in both: forward
-// and both gradients (dX = dY W, dW = dY^T X) by chain_mm.
-torch::Tensor chain_linear(const torch::Tensor& x, const torch::Tensor& w);
+// and both gradients (dX = dY W, dW = dY^T X) by chain_mm. With a defined
+// `residual` (..., out): residual + x W^T, the sum in the product's stores
+// (a residual connection without a pass of its own), differentiable in it
+// too.
+torch::Tensor chain_linear(const torch::Tensor& x, const torch::Tensor& w,
+                           const torch::Tensor& residual = {});
 
 // exp(x) by the sequence of IEEE operations of the kernels' epilogues
 // (model/gemm_kernels.h, ExpConstants), one value at a time: their
@@ -97,8 +106,10 @@ torch::Tensor chain_mm_silu_grad(const torch::Tensor& a, const torch::Tensor& b,
 // The block's MLP W2 silu(W1 x) for x (..., d), W1 (f, d), W2 (d, f),
 // differentiable in all three: the products by chain_mm, SiLU in W1's
 // product's stores and its derivative in the stores of dY W2 (no pass of
-// its own over the (..., f) activations).
+// its own over the (..., f) activations). With a defined `residual` (x's
+// shape): residual + the MLP, summed in W2's product's stores.
 torch::Tensor chain_mlp(const torch::Tensor& x, const torch::Tensor& w1,
-                        const torch::Tensor& w2);
+                        const torch::Tensor& w2,
+                        const torch::Tensor& residual = {});
 
 }  // namespace model

@@ -24,10 +24,12 @@ namespace model::gemm {
 //              sigmoid (exp as model::fma_exp computes it)
 //   kSiluGrad  c = h * fma(act, 1 - sig, sig): h times SiLU's derivative,
 //              from the SiLU `act` and sigmoid `sig` of the forward pass
+//   kAdd       c = h + add: a residual connection's sum, one rounding as
+//              a separate addition would make
 // each in one fixed sequence of IEEE operations, so that an epilogue's
-// bits, too, depend on nothing but its inputs. sig and act have C's
+// bits, too, depend on nothing but its inputs. sig, act and add have C's
 // layout (ldc).
-enum Epilogue : int { kStore = 0, kSilu = 1, kSiluGrad = 2 };
+enum Epilogue : int { kStore = 0, kSilu = 1, kSiluGrad = 2, kAdd = 3 };
 
 template <typename T>
 struct Operands {
@@ -43,8 +45,13 @@ struct Operands {
   // place. The caller owns it: no allocation here.
   T* pack = nullptr;
   int epilogue = kStore;
+  // Each chain goes on from the value C holds instead of from 0: a chain
+  // over a long k walked in calls of a few rows each (the MLP's backward
+  // in blocks of rows), the same chain as one call over all of k.
+  bool resume = false;
   T* sig = nullptr;        // kSilu: written; kSiluGrad: read
   const T* act = nullptr;  // kSiluGrad: read
+  const T* add = nullptr;  // kAdd: read
 };
 
 // exp(x) as the epilogues and model::fma_exp compute it: n = the nearest

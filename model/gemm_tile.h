@@ -66,12 +66,15 @@ void finish(const gemm::Operands<typename V::T>& g, int64_t at,
   } else if constexpr (kEpilogue == gemm::kSiluGrad) {
     const Reg s = get(g.sig + at);
     h = V::mul(h, V::fma(get(g.act + at), V::sub(one, s), s));
+  } else if constexpr (kEpilogue == gemm::kAdd) {
+    h = V::add(h, get(g.add + at));
   }
   put(g.c + at, h);
 }
 
 // The rows p0 .. p1 - 1 of a k walked in blocks: the first block's chains
-// start from 0, a later one's from the tile C holds.
+// start from 0 (or from C with Operands::resume), a later one's from the
+// tile C holds.
 struct KBlock {
   int64_t p0, p1;
   bool first() const { return p0 == 0; }
@@ -89,10 +92,11 @@ void tile(const gemm::Operands<typename V::T>& g, const typename V::T* b,
           int64_t ldb, int64_t i0, int64_t j0, int last_width, KBlock kb) {
   using T = typename V::T;
   typename V::Reg acc[kRows][kVectors];
+  const bool from_zero = kb.first() && !g.resume;
   for (int r = 0; r < kRows; ++r) {
     for (int v = 0; v < kVectors; ++v) {
       const T* c = g.c + (i0 + r) * g.ldc + j0 + v * V::kWidth;
-      acc[r][v] = kb.first()                   ? V::zero()
+      acc[r][v] = from_zero                    ? V::zero()
                   : kEdge && v == kVectors - 1 ? V::load_first(c, last_width)
                                                : V::load(c);
     }
@@ -245,6 +249,8 @@ void multiply(const gemm::Operands<typename V::T>& g) {
       return multiply_then<V, kRows, kVectors, gemm::kSilu>(g);
     case gemm::kSiluGrad:
       return multiply_then<V, kRows, kVectors, gemm::kSiluGrad>(g);
+    case gemm::kAdd:
+      return multiply_then<V, kRows, kVectors, gemm::kAdd>(g);
     default:
       return multiply_then<V, kRows, kVectors, gemm::kStore>(g);
   }

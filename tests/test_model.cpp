@@ -581,6 +581,35 @@ TEST(Fused, RmsNormMatchesTheTensorFormulaAndItsGradients) {
                c10::Error);
 }
 
+// The token table's gathers: index_select's rows and, with rows repeated
+// and some never gathered, index_select's gradient bit for bit (each
+// table row's gradient the gathered rows' sum in index order from zero).
+TEST(Fused, GatherRowsIsIndexSelectWithItsGradient) {
+  torch::manual_seed(8);
+  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+    const torch::Tensor table0 = torch::randn({12, 19}, dtype);
+    const torch::Tensor rows = torch::randint(0, 9, {200});  // 9 .. 11 unused
+    const torch::Tensor gy = torch::randn({200, 19}, dtype) * 1e3;
+    std::vector<torch::Tensor> outs, grads;
+    for (bool ours : {false, true}) {
+      torch::Tensor table = table0.clone().requires_grad_(true);
+      const torch::Tensor y =
+          ours ? model::gather_rows(table, rows) : table.index_select(0, rows);
+      y.backward(gy);
+      outs.push_back(y.detach());
+      grads.push_back(table.grad());
+    }
+    EXPECT_TRUE(outs[1].equal(outs[0])) << dtype;
+    EXPECT_TRUE(grads[1].equal(grads[0])) << dtype;
+    EXPECT_TRUE(grads[1].narrow(0, 9, 3).eq(0).all().item<bool>());
+  }
+  EXPECT_THROW(model::gather_rows(torch::ones({3, 2}), torch::ones({4})),
+               c10::Error);  // float rows
+  EXPECT_THROW(model::gather_rows(torch::ones({3, 2}),
+                                  torch::tensor({0, 3}, torch::kLong)),
+               c10::Error);  // row 3 of 3
+}
+
 TEST(Model, RejectsImpossibleShapes) {
   auto cfg = tiny_mod_config();
   cfg.d_model = 30;
@@ -935,6 +964,107 @@ TEST(FmaChain, ChainMlpIsTheMlpWithItsGradients) {
   at::set_num_threads(before);
   for (size_t i = 0; i < runs[0].size(); ++i)
     EXPECT_TRUE(runs[0][i].equal(runs[1][i])) << i;
+}
+
+// The residual epilogue: each entry the chain, then one IEEE addition of
+// the addend, on every instruction set, for the tile edges, a k walked in
+// blocks and A transposed; an addend of another shape is refused.
+TEST(FmaChain, AddEpilogueIsTheChainPlusTheAddendOnEveryInstructionSet) {
+  if (runnable_isas().empty())
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  torch::manual_seed(9);
+  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+    for (int64_t m : {1, 7, 13}) {
+      for (int64_t n : {1, 17, 64, 100}) {
+        for (int64_t k : {1, 64, 300}) {
+          const torch::Tensor a = torch::randn({m, k}, dtype);
+          const torch::Tensor at = torch::randn({k, m}, dtype).t();
+          const torch::Tensor b = torch::randn({k, n}, dtype);
+          const torch::Tensor add = torch::randn({m, n}, dtype) * 10;
+          for (const torch::Tensor& lhs : {a, at}) {
+            const torch::Tensor want =
+                (dtype == torch::kFloat ? fma_chain_oracle<float>(lhs, b)
+                                        : fma_chain_oracle<double>(lhs, b)) +
+                add;
+            for (model::Isa isa : runnable_isas()) {
+              EXPECT_TRUE(model::chain_mm_add(lhs, b, add, isa).equal(want))
+                  << model::isa_name(isa) << " " << dtype << " m " << m << " n "
+                  << n << " k " << k;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_THROW(model::chain_mm_add(torch::ones({2, 3}), torch::ones({3, 4}),
+                                   torch::ones({2, 5})),
+               c10::Error);
+  EXPECT_THROW(model::chain_linear(torch::ones({2, 3}), torch::ones({4, 3}),
+                                   torch::ones({2, 3})),
+               c10::Error);
+}
+
+// A residual summed in the stores, and the MLP walked in blocks of rows on
+// one thread (its weight gradients' chains resumed block after block), are
+// the unfused products' bits: output and every gradient, against the
+// products plus a separate addition and against the row-split products of
+// two threads; the mod47 MLP's 2649 rows (a last block of 89) and a
+// strided input, float32 and float64.
+TEST(FmaChain, ResidualAndRowBlocksKeepTheUnfusedBits) {
+  if (runnable_isas().empty())
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  torch::manual_seed(10);
+  const int before = at::get_num_threads();
+  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+    const torch::Tensor base = torch::randn({883, 3, 64}, dtype);
+    for (const torch::Tensor& input : {base, base.narrow(1, 2, 1)}) {
+      const torch::Tensor res0 = torch::randn(input.sizes(), dtype);
+      const torch::Tensor w1_0 = torch::randn({256, 64}, dtype) * 0.2;
+      const torch::Tensor w2_0 = torch::randn({64, 256}, dtype) * 0.2;
+      const torch::Tensor wo_0 = torch::randn({64, 64}, dtype) * 0.2;
+      const torch::Tensor gy = torch::randn(input.sizes(), dtype);
+      // {y, dx, dres, dW...} of res + linear(x) (mlp: false) or res +
+      // mlp(x), with the residual in the stores or added apart.
+      auto pass = [&](bool mlp, bool fused, int threads) {
+        at::set_num_threads(threads);
+        torch::Tensor x = input.detach().clone().requires_grad_(true);
+        torch::Tensor res = res0.clone().requires_grad_(true);
+        torch::Tensor w1 = w1_0.clone().requires_grad_(true);
+        torch::Tensor w2 = w2_0.clone().requires_grad_(true);
+        torch::Tensor wo = wo_0.clone().requires_grad_(true);
+        torch::Tensor y;
+        if (mlp)
+          y = fused ? model::chain_mlp(x, w1, w2, res)
+                    : res + model::chain_mlp(x, w1, w2);
+        else
+          y = fused ? model::chain_linear(x, wo, res)
+                    : res + model::chain_linear(x, wo);
+        y.backward(gy);
+        std::vector<torch::Tensor> out{y.detach(), x.grad(), res.grad()};
+        for (const torch::Tensor* w : {&w1, &w2, &wo})
+          if (w->grad().defined())
+            out.push_back(w->grad());
+        return out;
+      };
+      for (bool mlp : {false, true}) {
+        const auto want = pass(mlp, false, 2);
+        for (int threads : {1, 2}) {
+          const auto got = pass(mlp, true, threads);
+          ASSERT_EQ(got.size(), want.size());
+          for (size_t i = 0; i < want.size(); ++i) {
+            EXPECT_TRUE(got[i].equal(want[i]))
+                << dtype << " mlp " << mlp << " threads " << threads
+                << " output " << i << " strided " << !input.is_contiguous();
+          }
+        }
+        // One thread without the residual: the unfused path too.
+        const auto alone = pass(mlp, false, 1);
+        for (size_t i = 0; i < want.size(); ++i)
+          EXPECT_TRUE(alone[i].equal(want[i])) << i;
+      }
+    }
+  }
+  at::set_num_threads(before);
 }
 
 TEST(FmaChain, UnknownChoicesAndOperandsAreRefused) {
