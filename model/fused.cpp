@@ -42,9 +42,26 @@ void rms_forward(const scalar_t* x, const scalar_t* g, scalar_t* y,
   }
 }
 
+// The gradient a residual branch adds into x's (RmsNormKeep): none; every
+// row's (`every`); or, with `period` T, the last position's of each
+// sequence, and + 0 to the other rows (as a zero-filled slice gradient's
+// sum does: -0 becomes +0).
+template <typename scalar_t>
+struct ResidualGrad {
+  const scalar_t* g = nullptr;
+  int64_t period = 0;  // 0: every row; T: row n has g's row n / T if last
+  // Row n's gradient, or null where only 0 is added.
+  const scalar_t* row(int64_t n, int64_t d) const {
+    if (period == 0)
+      return g + n * d;
+    return n % period == period - 1 ? g + (n / period) * d : nullptr;
+  }
+};
+
 template <typename scalar_t>
 void rms_backward(const scalar_t* x, const scalar_t* g, const scalar_t* gy,
-                  scalar_t* gx, scalar_t* gg, int64_t rows, int64_t d) {
+                  scalar_t* gx, scalar_t* gg, int64_t rows, int64_t d,
+                  const ResidualGrad<scalar_t>* residual = nullptr) {
   std::vector<scalar_t> t(d);
   std::vector<double> gain_sum(d, 0.0);  // in row order, in double
   for (int64_t n = 0; n < rows; ++n, x += d, gy += d, gx += d) {
@@ -55,6 +72,15 @@ void rms_backward(const scalar_t* x, const scalar_t* g, const scalar_t* gy,
     for (int64_t j = 0; j < d; ++j) {
       gx[j] = r * t[j] - c * x[j];
       gain_sum[j] += static_cast<double>(gy[j] * x[j] * r);
+    }
+    if (residual != nullptr) {  // the sum autograd would make, a + b
+      if (const scalar_t* add = residual->row(n, d)) {
+        for (int64_t j = 0; j < d; ++j)
+          gx[j] += add[j];
+      } else {
+        for (int64_t j = 0; j < d; ++j)
+          gx[j] += scalar_t(0);
+      }
     }
   }
   for (int64_t j = 0; j < d; ++j) gg[j] = static_cast<scalar_t>(gain_sum[j]);
@@ -93,6 +119,53 @@ class RmsNorm : public torch::autograd::Function<RmsNorm> {
                                               d);
                                });
     return {gx, gg};
+  }
+};
+
+// RMSNorm of x (B, T, d) that also hands x on as a residual branch's
+// input: all of x (a view of it), or with `last` its last position (B, 1,
+// d, a copy). x then has one consumer, and its gradient — the norm's plus
+// the residual's — is made in the norm's backward loop, where autograd
+// summed the two in a pass of its own after the slice's zero-filled
+// gradient (the last position) or the other branch's: the same sums.
+class RmsNormKeep : public torch::autograd::Function<RmsNormKeep> {
+ public:
+  static variable_list forward(AutogradContext* ctx, torch::Tensor x,
+                               torch::Tensor gain, bool last) {
+    x = x.contiguous();
+    gain = gain.contiguous();
+    const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
+    torch::Tensor y = torch::empty_like(x);
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm", [&] {
+      rms_forward(x.data_ptr<scalar_t>(), gain.data_ptr<scalar_t>(),
+                  y.data_ptr<scalar_t>(), rows, d);
+    });
+    ctx->save_for_backward({x, gain});
+    ctx->saved_data["last"] = last;
+    const int64_t T = x.size(1);
+    return {y, last ? x.narrow(1, T - 1, 1).contiguous() : x.view_as(x)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &gain = saved[1];
+    const torch::Tensor gy = grads[0].contiguous();
+    const torch::Tensor gr = grads[1].defined()
+                                 ? grads[1].contiguous()
+                                 : torch::zeros_like(grads[0]);  // unused
+    const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
+    const bool last = ctx->saved_data["last"].toBool();
+    torch::Tensor gx = torch::empty_like(x);
+    torch::Tensor gg = torch::empty_like(gain);
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm_backward", [&] {
+      ResidualGrad<scalar_t> residual;
+      residual.g = gr.data_ptr<scalar_t>();
+      residual.period = last ? x.size(1) : 0;
+      rms_backward(x.data_ptr<scalar_t>(), gain.data_ptr<scalar_t>(),
+                   gy.data_ptr<scalar_t>(), gx.data_ptr<scalar_t>(),
+                   gg.data_ptr<scalar_t>(), rows, d, &residual);
+    });
+    return {gx, gg, torch::Tensor()};
   }
 };
 
@@ -143,6 +216,22 @@ namespace F = torch::nn::functional;
 torch::Tensor norm(RMSNorm& module, const torch::Tensor& x,
                    const SpeedPaths& paths) {
   return paths.fused_norm ? fused_rms_norm(x, module->gain) : module(x);
+}
+
+// The norm of x (B, T, d) and the residual branch's input beside it: x, or
+// with `last` its last position (B, 1, d). By the fused kernel one tensor
+// hands both on (RmsNormKeep).
+struct Normed {
+  torch::Tensor n, residual;
+};
+
+Normed norm_keep(RMSNorm& module, const torch::Tensor& x, bool last,
+                 const SpeedPaths& paths) {
+  if (paths.fused_norm) {
+    const auto out = fused_rms_norm_keep(x, module->gain, last);
+    return {out.first, out.second};
+  }
+  return {module(x), last ? x.narrow(1, x.size(1) - 1, 1) : x};
 }
 
 // x W^T: by the FMA-chain kernels or by LibTorch's linear.
@@ -264,14 +353,15 @@ torch::Tensor attention_output(const torch::Tensor& residual, BlockImpl& block,
   return residual_linear(residual, attention.wo, attended, paths);
 }
 
-// The block from its attention's projections; with `last` only the last
-// position leaves it: (B, 1, d).
-torch::Tensor finish_block(BlockImpl& block, const torch::Tensor& x,
+// The block from its attention's projections and the attention's
+// residual (x, or its last position with `last`): (B, T or 1, d).
+torch::Tensor finish_block(BlockImpl& block, const torch::Tensor& residual,
                            const Projected& projected, bool last,
                            const SpeedPaths& paths) {
-  const torch::Tensor h = attention_output(
-      last ? x.narrow(1, x.size(1) - 1, 1) : x, block, projected, last, paths);
-  return residual_mlp(h, block, norm(block.norm2, h, paths), paths);
+  const torch::Tensor h =
+      attention_output(residual, block, projected, last, paths);
+  const Normed n2 = norm_keep(block.norm2, h, false, paths);
+  return residual_mlp(n2.residual, block, n2.n, paths);
 }
 
 // The first block with its token-wise work done once per row of a table of
@@ -306,8 +396,8 @@ torch::Tensor first_block_by_table(TransformerImpl& model,
   // table's gradient.
   Projected p;
   p.qkv = gather_rows(projected, rows).view({B, T, -1});
-  return finish_block(block, gather_rows(table, rows).view({B, T, d}), p, last,
-                      paths);
+  const torch::Tensor x = gather_rows(table, rows).view({B, T, d});
+  return finish_block(block, last ? x.narrow(1, T - 1, 1) : x, p, last, paths);
 }
 
 }  // namespace
@@ -351,9 +441,9 @@ torch::Tensor fast_forward(TransformerImpl& model, const torch::Tensor& tokens,
   }
   for (; layer < depth; ++layer) {
     BlockImpl& block = *model.blocks[layer];
-    const Projected projected =
-        project(block, norm(block.norm1, x, paths), last(layer), paths);
-    x = finish_block(block, x, projected, last(layer), paths);
+    const Normed n1 = norm_keep(block.norm1, x, last(layer), paths);
+    const Projected projected = project(block, n1.n, last(layer), paths);
+    x = finish_block(block, n1.residual, projected, last(layer), paths);
   }
   x = norm(model.norm_f, x, paths);
   if (config.last_only)  // (B, d)
@@ -368,15 +458,33 @@ torch::Tensor fast_forward(TransformerImpl& model,
                                   tokens.size(1), tokens.is_cuda()));
 }
 
-torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& gain) {
-  check_cpu_float(x, "fused_rms_norm");
+namespace {
+
+void check_norm_inputs(const torch::Tensor& x, const torch::Tensor& gain,
+                       const char* what) {
+  check_cpu_float(x, what);
   TORCH_CHECK(x.dim() >= 1 && gain.dim() == 1 && gain.size(0) == x.size(-1),
-              "fused_rms_norm: gain ", gain.sizes(), " does not match x ",
-              x.sizes());
-  TORCH_CHECK(gain.device() == x.device() &&
-                  gain.scalar_type() == x.scalar_type(),
-              "fused_rms_norm: gain and x differ in device or dtype");
+              what, ": gain ", gain.sizes(), " does not match x ", x.sizes());
+  TORCH_CHECK(
+      gain.device() == x.device() && gain.scalar_type() == x.scalar_type(),
+      what, ": gain and x differ in device or dtype");
+}
+
+}  // namespace
+
+torch::Tensor fused_rms_norm(const torch::Tensor& x,
+                             const torch::Tensor& gain) {
+  check_norm_inputs(x, gain, "fused_rms_norm");
   return RmsNorm::apply(x, gain);
+}
+
+std::pair<torch::Tensor, torch::Tensor> fused_rms_norm_keep(
+    const torch::Tensor& x, const torch::Tensor& gain, bool last) {
+  check_norm_inputs(x, gain, "fused_rms_norm_keep");
+  TORCH_CHECK(x.dim() == 3 && x.size(1) >= 1,
+              "fused_rms_norm_keep: x must be (B, T, d), got ", x.sizes());
+  const auto out = RmsNormKeep::apply(x, gain, last);
+  return {out[0], out[1]};
 }
 
 torch::Tensor gather_rows(const torch::Tensor& table,

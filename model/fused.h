@@ -14,6 +14,8 @@
 
 #include <torch/torch.h>
 
+#include <utility>
+
 #include "model/config.h"
 #include "model/transformer.h"
 
@@ -81,6 +83,15 @@ torch::Tensor fast_forward(TransformerImpl& model, const torch::Tensor& tokens);
 // order, the gain's gradient adds rows in order in double, all on one
 // thread: the result does not depend on the thread count.
 torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& gain);
+
+// fused_rms_norm of x (B, T, d) and, beside it, the input of the residual
+// branch that x also feeds: x itself, or with `last` its last position
+// (B, 1, d). Both from one autograd node, whose backward adds the
+// residual's gradient into x's in the norm's loop: the bits of autograd's
+// sum of the norm's gradient and the residual's (a zero-filled slice's
+// with `last`), without its passes.
+std::pair<torch::Tensor, torch::Tensor> fused_rms_norm_keep(
+    const torch::Tensor& x, const torch::Tensor& gain, bool last);
 
 // table.index_select(0, rows) for a (R, w) float32 / float64 CPU table and
 // int64 rows in [0, R), differentiable in the table with index_select's

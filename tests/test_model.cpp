@@ -581,6 +581,48 @@ TEST(Fused, RmsNormMatchesTheTensorFormulaAndItsGradients) {
                c10::Error);
 }
 
+// The norm that hands its input on as a residual: its outputs are the
+// norm's and x's (or x's last position), and x's gradient is, bit for bit,
+// autograd's sum of the norm's and the residual's (through a slice for the
+// last position), float32 and float64; a 2-D x is refused.
+TEST(Fused, NormKeepIsTheNormBesideTheResidualWithTheSummedGradient) {
+  torch::manual_seed(11);
+  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+    for (bool last : {false, true}) {
+      const torch::Tensor x0 = torch::randn({9, 3, 64}, dtype);
+      const torch::Tensor g0 = torch::rand({64}, dtype) + 0.5;
+      torch::Tensor gn = torch::randn({9, 3, 64}, dtype);
+      // A row whose norm gradient is -0 (gy = -0, x > 0): the sum with a
+      // residual's, or with a slice's zeros, makes it +0.
+      gn[0][0].fill_(-0.0);
+      x0[0][0].abs_();
+      const torch::Tensor gr = torch::randn({9, last ? 1 : 3, 64}, dtype);
+      std::vector<torch::Tensor> runs[2];
+      for (bool keep : {false, true}) {
+        torch::Tensor x = x0.clone().requires_grad_(true);
+        torch::Tensor gain = g0.clone().requires_grad_(true);
+        torch::Tensor n, r;
+        if (keep) {
+          std::tie(n, r) = model::fused_rms_norm_keep(x, gain, last);
+        } else {
+          n = model::fused_rms_norm(x, gain);
+          r = last ? x.narrow(1, 2, 1) : x;
+        }
+        torch::autograd::backward({n, r}, {gn, gr});
+        runs[keep] = {n.detach(), r.detach(), x.grad(), gain.grad()};
+      }
+      for (size_t i = 0; i < runs[0].size(); ++i) {
+        EXPECT_TRUE(runs[1][i].equal(runs[0][i]) &&
+                    runs[1][i].signbit().equal(runs[0][i].signbit()))
+            << dtype << " last " << last << " output " << i;
+      }
+    }
+  }
+  EXPECT_THROW(
+      model::fused_rms_norm_keep(torch::ones({4, 8}), torch::ones({8}), false),
+      c10::Error);
+}
+
 // The token table's gathers: index_select's rows and, with rows repeated
 // and some never gathered, index_select's gradient bit for bit (each
 // table row's gradient the gathered rows' sum in index order from zero).
