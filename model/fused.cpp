@@ -42,14 +42,14 @@ void rms_forward(const scalar_t* x, const scalar_t* g, scalar_t* y,
   }
 }
 
-// The gradient a residual branch adds into x's (RmsNormKeep): none; every
-// row's (`every`); or, with `period` T, the last position's of each
-// sequence, and + 0 to the other rows (as a zero-filled slice gradient's
-// sum does: -0 becomes +0).
+// The gradient a residual branch adds into x's (RmsNormKeep): every row's
+// (period 0) or, with period T, the last position's of each sequence, and
+// + 0 to the other rows (as the sum with a zero-filled slice gradient
+// does: -0 becomes +0).
 template <typename scalar_t>
 struct ResidualGrad {
   const scalar_t* g = nullptr;
-  int64_t period = 0;  // 0: every row; T: row n has g's row n / T if last
+  int64_t period = 0;
   // Row n's gradient, or null where only 0 is added.
   const scalar_t* row(int64_t n, int64_t d) const {
     if (period == 0)
@@ -58,10 +58,11 @@ struct ResidualGrad {
   }
 };
 
+// With `residual`, x's gradient is the norm's plus the residual's.
 template <typename scalar_t>
 void rms_backward(const scalar_t* x, const scalar_t* g, const scalar_t* gy,
                   scalar_t* gx, scalar_t* gg, int64_t rows, int64_t d,
-                  const ResidualGrad<scalar_t>* residual = nullptr) {
+                  const ResidualGrad<scalar_t>* residual) {
   std::vector<scalar_t> t(d);
   std::vector<double> gain_sum(d, 0.0);  // in row order, in double
   for (int64_t n = 0; n < rows; ++n, x += d, gy += d, gx += d) {
@@ -86,39 +87,55 @@ void rms_backward(const scalar_t* x, const scalar_t* g, const scalar_t* gy,
   for (int64_t j = 0; j < d; ++j) gg[j] = static_cast<scalar_t>(gain_sum[j]);
 }
 
+// The norm of a contiguous x by rms_forward.
+torch::Tensor rms_norm_of(const torch::Tensor& x, const torch::Tensor& gain) {
+  const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
+  torch::Tensor y = torch::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm", [&] {
+    rms_forward(x.data_ptr<scalar_t>(), gain.data_ptr<scalar_t>(),
+                y.data_ptr<scalar_t>(), rows, d);
+  });
+  return y;
+}
+
+// {dx, dgain} by rms_backward; with a defined `residual_grad` (x's shape,
+// or (B, 1, d) with `last`) x's gradient takes it in.
+variable_list rms_gradients(const torch::Tensor& x, const torch::Tensor& gain,
+                            const torch::Tensor& grad,
+                            const torch::Tensor& residual_grad, bool last) {
+  const torch::Tensor gy = grad.contiguous();
+  const torch::Tensor gr =
+      residual_grad.defined() ? residual_grad.contiguous() : torch::Tensor();
+  const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
+  torch::Tensor gx = torch::empty_like(x);
+  torch::Tensor gg = torch::empty_like(gain);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm_backward", [&] {
+    ResidualGrad<scalar_t> residual;
+    if (gr.defined()) {
+      residual.g = gr.data_ptr<scalar_t>();
+      residual.period = last ? x.size(1) : 0;
+    }
+    rms_backward(x.data_ptr<scalar_t>(), gain.data_ptr<scalar_t>(),
+                 gy.data_ptr<scalar_t>(), gx.data_ptr<scalar_t>(),
+                 gg.data_ptr<scalar_t>(), rows, d,
+                 gr.defined() ? &residual : nullptr);
+  });
+  return {gx, gg};
+}
+
 class RmsNorm : public torch::autograd::Function<RmsNorm> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x,
                                torch::Tensor gain) {
     x = x.contiguous();
     gain = gain.contiguous();
-    const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
-    torch::Tensor y = torch::empty_like(x);
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm", [&] {
-      rms_forward(x.data_ptr<scalar_t>(), gain.data_ptr<scalar_t>(),
-                  y.data_ptr<scalar_t>(), rows, d);
-    });
     ctx->save_for_backward({x, gain});
-    return y;
+    return rms_norm_of(x, gain);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x = saved[0], &gain = saved[1];
-    const torch::Tensor gy = grads[0].contiguous();
-    const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
-    torch::Tensor gx = torch::empty_like(x);
-    torch::Tensor gg = torch::empty_like(gain);
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm_backward",
-                               [&] {
-                                 rms_backward(x.data_ptr<scalar_t>(),
-                                              gain.data_ptr<scalar_t>(),
-                                              gy.data_ptr<scalar_t>(),
-                                              gx.data_ptr<scalar_t>(),
-                                              gg.data_ptr<scalar_t>(), rows,
-                                              d);
-                               });
-    return {gx, gg};
+    return rms_gradients(saved[0], saved[1], grads[0], {}, false);
   }
 };
 
@@ -134,38 +151,21 @@ class RmsNormKeep : public torch::autograd::Function<RmsNormKeep> {
                                torch::Tensor gain, bool last) {
     x = x.contiguous();
     gain = gain.contiguous();
-    const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
-    torch::Tensor y = torch::empty_like(x);
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm", [&] {
-      rms_forward(x.data_ptr<scalar_t>(), gain.data_ptr<scalar_t>(),
-                  y.data_ptr<scalar_t>(), rows, d);
-    });
     ctx->save_for_backward({x, gain});
     ctx->saved_data["last"] = last;
     const int64_t T = x.size(1);
-    return {y, last ? x.narrow(1, T - 1, 1).contiguous() : x.view_as(x)};
+    return {rms_norm_of(x, gain),
+            last ? x.narrow(1, T - 1, 1).contiguous() : x.view_as(x)};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x = saved[0], &gain = saved[1];
-    const torch::Tensor gy = grads[0].contiguous();
-    const torch::Tensor gr = grads[1].defined()
-                                 ? grads[1].contiguous()
-                                 : torch::zeros_like(grads[0]);  // unused
-    const int64_t d = x.size(-1), rows = x.numel() / std::max<int64_t>(d, 1);
     const bool last = ctx->saved_data["last"].toBool();
-    torch::Tensor gx = torch::empty_like(x);
-    torch::Tensor gg = torch::empty_like(gain);
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_rms_norm_backward", [&] {
-      ResidualGrad<scalar_t> residual;
-      residual.g = gr.data_ptr<scalar_t>();
-      residual.period = last ? x.size(1) : 0;
-      rms_backward(x.data_ptr<scalar_t>(), gain.data_ptr<scalar_t>(),
-                   gy.data_ptr<scalar_t>(), gx.data_ptr<scalar_t>(),
-                   gg.data_ptr<scalar_t>(), rows, d, &residual);
-    });
-    return {gx, gg, torch::Tensor()};
+    // An unused residual (no gradient) adds nothing, not even the + 0.
+    variable_list out =
+        rms_gradients(saved[0], saved[1], grads[0], grads[1], last);
+    out.push_back(torch::Tensor());
+    return out;
   }
 };
 
