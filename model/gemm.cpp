@@ -51,26 +51,40 @@ struct Finish {
   torch::Tensor sig, act, add;
 };
 
+// Operands of C (m x n, row stride ldc) = A B with A(i, p) =
+// a[i * a_row + p * a_col] and B's rows ldb apart.
+template <typename T>
+gemm::Operands<T> operands(const T* a, int64_t a_row, int64_t a_col, const T* b,
+                           int64_t ldb, T* c, int64_t ldc, int64_t m, int64_t n,
+                           int64_t k, T* pack) {
+  gemm::Operands<T> g;
+  g.a = a;
+  g.a_row = a_row;
+  g.a_col = a_col;
+  g.b = b;
+  g.ldb = ldb;
+  g.c = c;
+  g.ldc = ldc;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.pack = pack;
+  return g;
+}
+
 // The rows of C are shared among the intra-op threads in blocks of whole
 // kernel tiles, each big enough to be worth a thread.
 template <typename T>
 void multiply(Isa isa, const torch::Tensor& a, const torch::Tensor& b,
               torch::Tensor& c, const Finish& finish) {
-  gemm::Operands<T> g;
+  gemm::Operands<T> g =
+      operands(a.data_ptr<T>(), a.stride(0), a.stride(1), b.data_ptr<T>(),
+               b.stride(0), c.data_ptr<T>(), c.stride(0), a.size(0), b.size(1),
+               a.size(1), static_cast<T*>(nullptr));
   g.epilogue = finish.epilogue;
   g.sig = finish.sig.defined() ? finish.sig.data_ptr<T>() : nullptr;
   g.act = finish.act.defined() ? finish.act.data_ptr<T>() : nullptr;
   g.add = finish.add.defined() ? finish.add.data_ptr<T>() : nullptr;
-  g.a = a.data_ptr<T>();
-  g.a_row = a.stride(0);
-  g.a_col = a.stride(1);
-  g.b = b.data_ptr<T>();
-  g.ldb = b.stride(0);
-  g.c = c.data_ptr<T>();
-  g.ldc = c.stride(0);
-  g.m = a.size(0);
-  g.k = a.size(1);
-  g.n = b.size(1);
   constexpr int64_t kTileRows = 6, kMinWork = 1 << 18;  // multiply-adds
   const int64_t per_row = std::max<int64_t>(1, g.n * g.k);
   const int64_t grain =
@@ -105,27 +119,6 @@ void multiply(Isa isa, const torch::Tensor& a, const torch::Tensor& b,
 // dL/dh (rows x f) went to memory and was read back twice, and act twice.
 
 constexpr int64_t kMlpRows = 128;
-
-// Operands of C (m x n, row stride ldc) = A B with A(i, p) =
-// a[i * a_row + p * a_col] and B's rows ldb apart.
-template <typename T>
-gemm::Operands<T> operands(const T* a, int64_t a_row, int64_t a_col, const T* b,
-                           int64_t ldb, T* c, int64_t ldc, int64_t m, int64_t n,
-                           int64_t k, T* pack) {
-  gemm::Operands<T> g;
-  g.a = a;
-  g.a_row = a_row;
-  g.a_col = a_col;
-  g.b = b;
-  g.ldb = ldb;
-  g.c = c;
-  g.ldc = ldc;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.pack = pack;
-  return g;
-}
 
 // x (N, d), w1 (f, d), w2 (d, f), act and sig (N, f), gy (N, d), all
 // contiguous; writes gx (N, d), gw1 (f, d), gw2 (d, f).
@@ -386,6 +379,18 @@ torch::Tensor product(const torch::Tensor& a, const torch::Tensor& b, Isa isa,
   return c;
 }
 
+// `t` is read in C's layout: C's shape (a's rows, b's columns), dtype and
+// device.
+void check_shaped_like_c(const torch::Tensor& t, const torch::Tensor& a,
+                         const torch::Tensor& b, const char* what,
+                         const char* role) {
+  TORCH_CHECK(
+      t.dim() == 2 && t.size(0) == a.size(0) && t.size(1) == b.size(1) &&
+          t.scalar_type() == a.scalar_type() && t.device().is_cpu(),
+      what, ": ", role, " must be a ", a.size(0), " x ", b.size(1), " ",
+      a.scalar_type(), " CPU tensor, got ", t.sizes(), " ", t.scalar_type());
+}
+
 // An undefined residual, or one of the output's shape (x's with the last
 // dimension `out`) and x's dtype.
 void check_residual(const torch::Tensor& residual, const torch::Tensor& x,
@@ -466,14 +471,8 @@ torch::Tensor chain_mm_silu_grad(const torch::Tensor& a, const torch::Tensor& b,
                                  const torch::Tensor& act,
                                  const torch::Tensor& sig, Isa isa) {
   check_operands(a, b, isa, "chain_mm_silu_grad");
-  for (const torch::Tensor* t : {&act, &sig}) {
-    TORCH_CHECK(t->dim() == 2 && t->size(0) == a.size(0) &&
-                    t->size(1) == b.size(1) &&
-                    t->scalar_type() == a.scalar_type() && t->device().is_cpu(),
-                "chain_mm_silu_grad: the SiLU and sigmoid must be ", a.size(0),
-                " x ", b.size(1), " ", a.scalar_type(), " CPU tensors, got ",
-                t->sizes(), " ", t->scalar_type());
-  }
+  check_shaped_like_c(act, a, b, "chain_mm_silu_grad", "the SiLU");
+  check_shaped_like_c(sig, a, b, "chain_mm_silu_grad", "the sigmoid");
   Finish finish;
   finish.epilogue = gemm::kSiluGrad;
   // C's layout: product() makes C contiguous.
@@ -485,12 +484,7 @@ torch::Tensor chain_mm_silu_grad(const torch::Tensor& a, const torch::Tensor& b,
 torch::Tensor chain_mm_add(const torch::Tensor& a, const torch::Tensor& b,
                            const torch::Tensor& add, Isa isa) {
   check_operands(a, b, isa, "chain_mm_add");
-  TORCH_CHECK(add.dim() == 2 && add.size(0) == a.size(0) &&
-                  add.size(1) == b.size(1) &&
-                  add.scalar_type() == a.scalar_type() && add.device().is_cpu(),
-              "chain_mm_add: the addend must be a ", a.size(0), " x ",
-              b.size(1), " ", a.scalar_type(), " CPU tensor, got ", add.sizes(),
-              " ", add.scalar_type());
+  check_shaped_like_c(add, a, b, "chain_mm_add", "the addend");
   Finish finish;
   finish.epilogue = gemm::kAdd;
   finish.add = add.contiguous();  // C's layout
