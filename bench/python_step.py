@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Where a Python rule's step goes: one copy's step through the adapter,
+taken apart.
+
+    bench/python_step.py [--rule Adam] [--steps 300] [--rounds 5]
+
+Run it with the Python whose torch the bridge embeds (Debian's
+/usr/bin/python3 for the default build; the venv's for the wheel build).
+It loads the adapter's modules from bridge/ as twin-run embeds them and
+steps a torch.optim rule on tensors of the Table-3 model's 20 shapes
+(mod-47, 2 blocks, d_model 64, MLP 256), with random gradients, on one
+thread. Prints microseconds per step, the median of --rounds rounds of
+--steps steps each:
+
+- the adapter's step (Adapter.step: isolation, the rule's step, the
+  parameters' check), as twin-run calls it once per copy;
+- the rule's own step() on the adapter's groups (one group per tensor);
+- an empty Isolated block (the process's global state saved, the copy's
+  stream swapped in and back), and of it the four copies of numpy's
+  global generator state;
+- the parameters' check after a step;
+- the same rule built on one group of all 20 tensors, with its for-loop
+  and (where it has one) its foreach path.
+
+A benchmark: it prints figures and asserts nothing.
+"""
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The Table-3 model's parameters in the order twins gives them to a rule.
+SHAPES = ([(48, 64), (3, 64)]
+          + [(64,), (64, 64), (64, 64), (64, 64), (64, 64), (64,), (256, 64),
+             (64, 256)] * 2
+          + [(64,), (47, 64)])
+
+
+def load(name, file):
+    """bridge/FILE as the module NAME, as the bridge embeds it."""
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(ROOT, "bridge", file))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def microseconds(fn, steps, rounds):
+    for _ in range(20):
+        fn()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        times.append((time.perf_counter() - start) / steps * 1e6)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rule", default="Adam", help="a torch.optim class")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+
+    load("_twins_errors", "errors.py")
+    isolation = load("_twins_isolation", "isolation.py")
+    load("_twins_conventions", "conventions.py")
+    adapter = load("_twins_adapter", "adapter.py")
+    import torch
+    torch.set_num_threads(1)
+    rule = getattr(torch.optim, args.rule, None)
+    if not isinstance(rule, type) or not issubclass(rule, torch.optim.Optimizer):
+        sys.exit(f"python_step.py: --rule {args.rule}: not an optimizer "
+                 f"class of torch.optim {torch.__version__}")
+
+    params = [torch.randn(*s, requires_grad=True) for s in SHAPES]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    groups = [{"params": [p], "name": f"p{i}"} for i, p in enumerate(params)]
+    a = adapter.make(rule, groups, {"lr": 1e-3}, {})
+
+    def isolated():
+        with isolation.Isolated(a.stream):
+            pass
+
+    rows = [("adapter step (isolated, checked)", lambda: a.step(None)),
+            ("rule's step, one group per tensor", lambda: a.optimizer.step()),
+            ("Isolated, empty", isolated)]
+    numpy_random = isolation._numpy_random()
+    if numpy_random is not None:
+        state = numpy_random.get_state()
+        rows.append(("  of it: numpy state, 4 copies",
+                     lambda: (numpy_random.get_state(),
+                              numpy_random.set_state(state),
+                              numpy_random.get_state(),
+                              numpy_random.set_state(state))))
+    rows.append(("parameters' check", lambda: a._check("bench")))
+    one = rule(params, lr=1e-3)
+    rows.append(("rule's step, one group, for-loop", one.step))
+    try:
+        foreach = rule(params, lr=1e-3, foreach=True)
+        rows.append(("rule's step, one group, foreach", foreach.step))
+    except TypeError:
+        pass  # no foreach path
+
+    print(f"torch {torch.__version__}, torch.optim.{args.rule}, "
+          f"{len(params)} tensors, microseconds per copy-step "
+          f"(median of {args.rounds} x {args.steps})")
+    for what, fn in rows:
+        print(f"{what:36s} {microseconds(fn, args.steps, args.rounds):8.1f}")
+
+
+if __name__ == "__main__":
+    main()
