@@ -22,6 +22,11 @@ thread. Prints microseconds per step, the median of --rounds rounds of
 - the same rule built on one group of all 20 tensors, with its for-loop
   and (where it has one) its foreach path.
 
+With --bits N it then steps the three ways of building the rule (a group
+per tensor, one group, one group with foreach) N steps from the same
+parameters and gradients and says whether the parameters end bitwise
+equal: which cheaper path keeps the adapter's bits.
+
 A benchmark: it prints figures and asserts nothing.
 """
 import argparse
@@ -67,6 +72,8 @@ def main():
     ap.add_argument("--rule", default="Adam", help="a torch.optim class")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--bits", type=int, default=0, metavar="N",
+                    help="compare the three builds' parameters after N steps")
     args = ap.parse_args()
 
     load("_twins_errors", "errors.py")
@@ -115,6 +122,41 @@ def main():
           f"(median of {args.rounds} x {args.steps})")
     for what, fn in rows:
         print(f"{what:36s} {microseconds(fn, args.steps, args.rounds):8.1f}")
+    if args.bits > 0:
+        compare_bits(torch, rule, args.bits)
+
+
+def stepped(torch, rule, build, steps):
+    """The parameters, flattened, after `steps` steps of rule built by
+    `build` ("groups", "one", "foreach") from fixed random values."""
+    values = torch.Generator().manual_seed(0)
+    params = [torch.randn(*s, generator=values).requires_grad_()
+              for s in SHAPES]
+    if build == "groups":
+        optimizer = rule([{"params": [p]} for p in params], lr=1e-3)
+    else:
+        optimizer = rule(params, lr=1e-3, **(
+            {"foreach": True} if build == "foreach" else {}))
+    grads = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=grads)
+        optimizer.step()
+    return torch.cat([p.detach().flatten() for p in params])
+
+
+def compare_bits(torch, rule, steps):
+    reference = stepped(torch, rule, "groups", steps)
+    for build in ("one", "foreach"):
+        try:
+            other = stepped(torch, rule, build, steps)
+        except TypeError:
+            print(f"bits after {steps} steps, {build}: no such path")
+            continue
+        differ = int((other != reference).sum())
+        print(f"bits after {steps} steps, {build} against a group per "
+              f"tensor: " + ("equal" if differ == 0 else
+                             f"{differ} of {reference.numel()} differ"))
 
 
 if __name__ == "__main__":
