@@ -160,4 +160,7 @@ def compare_bits(torch, rule, steps):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception as e:  # a rule that cannot step here (LBFGS: closure)
+        sys.exit(f"python_step.py: {type(e).__name__}: {e}")
