@@ -36,6 +36,8 @@ import statistics
 import sys
 import time
 
+import torch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The Table-3 model's parameters in the order twins gives them to a rule.
@@ -80,7 +82,6 @@ def main():
     isolation = load("_twins_isolation", "isolation.py")
     load("_twins_conventions", "conventions.py")
     adapter = load("_twins_adapter", "adapter.py")
-    import torch
     torch.set_num_threads(1)
     rule = getattr(torch.optim, args.rule, None)
     if not isinstance(rule, type) or not issubclass(rule, torch.optim.Optimizer):
@@ -123,10 +124,10 @@ def main():
     for what, fn in rows:
         print(f"{what:36s} {microseconds(fn, args.steps, args.rounds):8.1f}")
     if args.bits > 0:
-        compare_bits(torch, rule, args.bits)
+        compare_bits(rule, args.bits)
 
 
-def stepped(torch, rule, build, steps):
+def stepped(rule, build, steps):
     """The parameters, flattened, after `steps` steps of rule built by
     `build` ("groups", "one", "foreach") from fixed random values."""
     values = torch.Generator().manual_seed(0)
@@ -145,11 +146,11 @@ def stepped(torch, rule, build, steps):
     return torch.cat([p.detach().flatten() for p in params])
 
 
-def compare_bits(torch, rule, steps):
-    reference = stepped(torch, rule, "groups", steps)
+def compare_bits(rule, steps):
+    reference = stepped(rule, "groups", steps)
     for build in ("one", "foreach"):
         try:
-            other = stepped(torch, rule, build, steps)
+            other = stepped(rule, build, steps)
         except TypeError:
             print(f"bits after {steps} steps, {build}: no such path")
             continue
