@@ -67,7 +67,8 @@ class Adapter:
         self.steps = 0
         convention = convention_of(fn)
         self.convention = convention
-        with Isolated(self.stream):
+        self.generators = convention.python_generators(fn)
+        with Isolated(self.stream, self.generators):
             with cannot_run_here(), RuleCode():
                 self.optimizer = convention.build(fn, groups, dict(kwargs), model)
             unused = _swallowed_keywords(fn, kwargs, self.optimizer)
@@ -88,7 +89,7 @@ class Adapter:
 
     def step(self, closure):
         self.steps += 1
-        with Isolated(self.stream), cannot_run_here(), RuleCode():
+        with Isolated(self.stream, self.generators), cannot_run_here(), RuleCode():
             if self.takes_closure:
                 self.optimizer.step(closure)
             else:
@@ -99,12 +100,12 @@ class Adapter:
         """Swaps in the weights the rule evaluates with (schedule-free);
         nothing for other rules."""
         if self.modes:
-            with Isolated(self.stream), RuleCode():
+            with Isolated(self.stream, self.generators), RuleCode():
                 self.modes[1]()
 
     def training(self):
         if self.modes:
-            with Isolated(self.stream), RuleCode():
+            with Isolated(self.stream, self.generators), RuleCode():
                 self.modes[0]()
 
     def state_dict(self):
@@ -116,8 +117,8 @@ class Adapter:
         if "stream" not in state:  # written before the stream was kept
             state = {"optimizer": state, "stream": self.stream.state(),
                      "steps": self.steps}
-        with Isolated(self.stream):
-            self.optimizer.load_state_dict(state["optimizer"])
+        with Isolated(self.stream, self.generators):
+            self.convention.load_state_dict(self.optimizer, state["optimizer"])
             for name, value in state.get("attributes", {}).items():
                 _restore(self.optimizer, name, value)
         self.stream.load(state["stream"])

@@ -53,6 +53,18 @@ class Convention:
         return accepts_closure(optimizer.step)
 
     @staticmethod
+    def python_generators(fn):
+        """Whether fn's rule may draw from Python's `random` or numpy's
+        global generator: then the isolation swaps the copy's own states of
+        them in around every call (bridge/isolation.py). Any rule may,
+        unless its library's convention knows better."""
+        return True
+
+    @staticmethod
+    def load_state_dict(optimizer, state):
+        optimizer.load_state_dict(state)
+
+    @staticmethod
     def modes(optimizer):
         train = getattr(optimizer, "train", None)
         evaluate = getattr(optimizer, "eval", None)
@@ -101,13 +113,71 @@ class _Split:
 
 class TorchOptim(Convention):
     """torch.optim: Muon (2.9+) takes 2-D matrices only, as its
-    documentation says; the other parameters go to Adam."""
+    documentation says; the other parameters go to Adam. Its per-parameter
+    classes get all the tensors in one group (their bits, one call per
+    step instead of one per tensor), Adam and AdamW on a CPU their foreach
+    path; and none of its rules draws from Python's or numpy's generators
+    (torch/optim imports neither `random` nor numpy)."""
+
+    # Each tensor's update is computed from its own state and its group's
+    # hyperparameters, which twins gives every group alike: one group of
+    # all the tensors in the copy's order gives the group-per-tensor bits
+    # (bench/python_step.py --bits, torch 1.13 and 2.11) and keeps the
+    # state's indices 0..N-1.
+    ONE_GROUP = {"Adam", "AdamW", "SGD", "Adagrad", "RMSprop", "NAdam", "RAdam",
+                 "Adamax", "Adadelta", "Rprop", "ASGD"}
+    # Of these, the ones whose foreach path is their for-loop's arithmetic
+    # op for op (the same moments, bias corrections as Python floats, the
+    # same addcdiv), which on a CPU torch's _foreach_ operations run tensor
+    # by tensor with the same kernels: the same bits in fewer Python
+    # operations. NAdam's, RAdam's and (2.x) ASGD's foreach paths order
+    # their arithmetic differently and move bits (docs/performance.md).
+    FOREACH = {"Adam", "AdamW"}
+
+    @staticmethod
+    def _own(fn):
+        """fn's name where fn is one of torch.optim's classes, else ""."""
+        name = getattr(fn, "__name__", "")
+        return name if getattr(torch.optim, name, None) is fn else ""
 
     @classmethod
     def build(cls, fn, groups, kwargs, model):
-        if getattr(fn, "__name__", "") == "Muon":
+        name = cls._own(fn)
+        if name == "Muon":
             return _Split.build(fn, groups, kwargs)
-        return super().build(fn, groups, kwargs, model)
+        if name not in cls.ONE_GROUP:
+            return super().build(fn, groups, kwargs, model)
+        params = [g["params"][0] for g in groups]
+        if name in cls.FOREACH and "fused" not in kwargs \
+                and all(p.device.type == "cpu" for p in params):
+            kwargs.setdefault("foreach", True)
+        return fn([{"params": params}], **kwargs)
+
+    @staticmethod
+    def python_generators(fn):
+        return not getattr(fn, "__module__", "").startswith("torch.optim")
+
+    @staticmethod
+    def load_state_dict(optimizer, state):
+        """A checkpoint written with one group per tensor (twins before
+        the one group) loads into the one group: the state's indices are
+        the same, the hyperparameters those all its groups share."""
+        saved = state.get("param_groups", [])
+        if len(optimizer.param_groups) == 1 and len(saved) > 1:
+            group = optimizer.param_groups[0]
+            merged = {"params": [i for g in saved for i in g["params"]]}
+            for key in group:
+                if key in ("params", "foreach"):
+                    continue
+                values = [g.get(key) for g in saved]
+                if any(v != values[0] for v in values):
+                    raise ValueError(
+                        f"the checkpoint's {len(saved)} parameter groups differ "
+                        f"in {key!r}: they do not merge into one group")
+                merged[key] = values[0]
+            merged["foreach"] = group.get("foreach")
+            state = dict(state, param_groups=[merged])
+        optimizer.load_state_dict(state)
 
 
 class _Model:
