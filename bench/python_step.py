@@ -2,14 +2,14 @@
 """Where a Python rule's step goes: one copy's step through the adapter,
 taken apart.
 
-    bench/python_step.py [--rule Adam] [--steps 300] [--rounds 5]
+    bench/python_step.py [--rule Adam | --rule MODULE:CLASS] [--steps 300] [--rounds 5]
 
 Run it with the Python whose torch the bridge embeds (Debian's
 /usr/bin/python3 for the default build; the venv's for the wheel build).
 It loads the adapter's modules from bridge/ as twin-run embeds them and
-steps a torch.optim rule on tensors of the Table-3 model's 20 shapes
-(mod-47, 2 blocks, d_model 64, MLP 256), with random gradients, on one
-thread. Prints microseconds per step, the median of --rounds rounds of
+steps a rule (torch.optim's, or a library's) on tensors of the Table-3
+model's 20 shapes (mod-47, 2 blocks, d_model 64, MLP 256), with random
+gradients, on one thread. Prints microseconds per step, the median of --rounds rounds of
 --steps steps each:
 
 - the adapter's step (Adapter.step: isolation, the rule's step, the
@@ -75,7 +75,9 @@ def microseconds(fn, steps, rounds):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rule", default="Adam", help="a torch.optim class")
+    ap.add_argument("--rule", default="Adam",
+                    help="a torch.optim class, or a library's as MODULE:CLASS "
+                         "(lion_pytorch:Lion)")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--bits", type=int, default=0, metavar="N",
@@ -87,10 +89,14 @@ def main():
     load("_twins_conventions", "conventions.py")
     adapter = load("_twins_adapter", "adapter.py")
     torch.set_num_threads(1)
-    rule = getattr(torch.optim, args.rule, None)
+    module, _, name = args.rule.rpartition(":")
+    try:
+        rule = getattr(importlib.import_module(module or "torch.optim"), name, None)
+    except ImportError as e:
+        sys.exit(f"python_step.py: --rule {args.rule}: {e}")
     if not isinstance(rule, type) or not issubclass(rule, torch.optim.Optimizer):
         sys.exit(f"python_step.py: --rule {args.rule}: not an optimizer "
-                 f"class of torch.optim {torch.__version__}")
+                 f"class of {module or 'torch.optim ' + torch.__version__}")
 
     params = [torch.randn(*s, requires_grad=True) for s in SHAPES]
     for p in params:
@@ -127,7 +133,7 @@ def main():
     except TypeError:
         pass  # no foreach path
 
-    print(f"torch {torch.__version__}, torch.optim.{args.rule}, "
+    print(f"torch {torch.__version__}, {module or 'torch.optim'}.{name}, "
           f"{len(params)} tensors, microseconds per copy-step "
           f"(median of {args.rounds} x {args.steps})")
     for what, fn in rows:
