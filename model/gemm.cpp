@@ -368,6 +368,16 @@ void check_operands(const torch::Tensor& a, const torch::Tensor& b, Isa isa,
 // C = A B through `finish`, into a new C.
 torch::Tensor product(const torch::Tensor& a, const torch::Tensor& b, Isa isa,
                       const Finish& finish) {
+  // A weight's gradient dY^T X with few rows and wide rows (64 x 256 from
+  // a (tokens, 64) dY and a (tokens, 256) X): computed as its transpose,
+  // X^T dY, whose B = dY is read in place where X would be packed panel by
+  // panel, then transposed. The same bits: each entry is the same chain of
+  // FMAs over the same products in the same order (an FMA's two factors
+  // commute exactly).
+  if (finish.epilogue == gemm::kStore && a.stride(0) == 1 &&
+      a.stride(1) >= a.size(0) && 2 * a.size(0) <= b.size(1) &&
+      a.size(0) > 1)
+    return product(b.t(), a.t(), isa, finish).t().contiguous();
   const torch::Tensor rows =
       b.stride(1) == 1 && b.stride(0) >= b.size(1) ? b : b.contiguous();
   torch::Tensor c = torch::empty({a.size(0), b.size(1)}, a.options());

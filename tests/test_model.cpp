@@ -716,7 +716,8 @@ torch::Tensor fma_chain_oracle(const torch::Tensor& a, const torch::Tensor& b) {
 // shapes that cut every tile edge (rows not a multiple of 6, columns not a
 // multiple of the vector width), for a k walked in blocks (300: two of 128
 // and one of 44, the tile stored and loaded between them) and for A read
-// in place transposed.
+// in place transposed (where C has at least twice as many columns as rows,
+// computed as C^T = B^T A^T and transposed: m 5, 6, 13 against n 16..100).
 TEST(FmaChain, EachEntryIsOneFusedChainInIndexOrderOnEveryInstructionSet) {
   if (runnable_isas().empty())
     GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
