@@ -12,16 +12,16 @@ model's 20 shapes (mod-47, 2 blocks, d_model 64, MLP 256), with random
 gradients, on one thread. Prints microseconds per step, the median of --rounds rounds of
 --steps steps each:
 
-- the adapter's step (Adapter.step: isolation, the rule's step, the
-  parameters' check), as twin-run calls it once per copy;
+- the adapter's step (Adapter.step: the isolation unless the rule's
+  convention knows its steps need none, as torch.optim's; the rule's step;
+  the parameters' check), as twin-run calls it once per copy;
 - the rule's own step() as the adapter builds it (torch.optim's
   per-parameter classes: one group of all tensors, Adam and AdamW with
   foreach; bridge/conventions.py), and on one group per tensor (as the
   adapter built them before, and builds any other library's rules);
 - an empty Isolated block (the process's global state saved, the copy's
-  stream swapped in and back) as the adapter enters it for this rule
-  (torch.optim's: without Python's and numpy's generators) and with every
-  generator, and of it the four copies of numpy's global generator state;
+  stream swapped in and back), as the steps of another library's rule run
+  in it, and of it the four copies of numpy's global generator state;
 - the parameters' check after a step;
 - the same rule built on one group of all 20 tensors, with its for-loop
   and (where it has one) its foreach path.
@@ -104,18 +104,17 @@ def main():
     groups = [{"params": [p], "name": f"p{i}"} for i, p in enumerate(params)]
     a = adapter.make(rule, groups, {"lr": 1e-3}, {})
 
-    def isolated(python_generators):
-        def enter_and_leave():
-            with isolation.Isolated(a.stream, python_generators):
-                pass
-        return enter_and_leave
+    def isolated():
+        with isolation.Isolated(a.stream):
+            pass
 
     per_tensor = rule([{"params": [p]} for p in params], lr=1e-3)
-    rows = [("adapter step (isolated, checked)", lambda: a.step(None)),
+    rows = [("adapter step", lambda: a.step(None)),
+            ("  (its rule's steps isolated: " + ("yes)" if a.isolated_steps else "no)"),
+             None),
             ("rule's step as the adapter builds it", lambda: a.optimizer.step()),
             ("rule's step, one group per tensor", per_tensor.step),
-            ("Isolated, empty, as for this rule", isolated(a.generators)),
-            ("Isolated, empty, all generators", isolated(True))]
+            ("Isolated, empty", isolated)]
     numpy_random = isolation._numpy_random()
     if numpy_random is not None:
         state = numpy_random.get_state()
@@ -137,6 +136,9 @@ def main():
           f"{len(params)} tensors, microseconds per copy-step "
           f"(median of {args.rounds} x {args.steps})")
     for what, fn in rows:
+        if fn is None:
+            print(what)
+            continue
         print(f"{what:36s} {microseconds(fn, args.steps, args.rounds):8.1f}")
     if args.bits > 0:
         compare_bits(rule, args.bits)

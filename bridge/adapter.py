@@ -10,7 +10,10 @@ through this module:
                                            (bridge/conventions.py), and its
                                            random stream
     Adapter.step(closure)               -> one step, isolated
-                                           (bridge/isolation.py)
+                                           (bridge/isolation.py), or under
+                                           the guards alone for a rule its
+                                           convention knows draws and sets
+                                           nothing (torch.optim's)
     Adapter.evaluation() / training()   -> schedule-free rules' weight swap
     Adapter.state_dict() / load_state_dict()
 
@@ -26,7 +29,7 @@ import torch
 
 from _twins_conventions import convention_of, library_of
 from _twins_errors import cannot_run_here
-from _twins_isolation import STREAM_SEED, Isolated, RuleCode, Stream
+from _twins_isolation import STREAM_SEED, Guarded, Isolated, RuleCode, Stream
 
 
 def _signature(p):
@@ -67,8 +70,8 @@ class Adapter:
         self.steps = 0
         convention = convention_of(fn)
         self.convention = convention
-        self.generators = convention.python_generators(fn)
-        with Isolated(self.stream, self.generators):
+        self.isolated_steps = convention.isolated_steps(fn)
+        with Isolated(self.stream):
             with cannot_run_here(), RuleCode():
                 self.optimizer = convention.build(fn, groups, dict(kwargs), model)
             unused = _swallowed_keywords(fn, kwargs, self.optimizer)
@@ -89,7 +92,8 @@ class Adapter:
 
     def step(self, closure):
         self.steps += 1
-        with Isolated(self.stream, self.generators), cannot_run_here(), RuleCode():
+        scope = Isolated(self.stream) if self.isolated_steps else Guarded()
+        with scope, cannot_run_here(), RuleCode():
             if self.takes_closure:
                 self.optimizer.step(closure)
             else:
@@ -100,12 +104,12 @@ class Adapter:
         """Swaps in the weights the rule evaluates with (schedule-free);
         nothing for other rules."""
         if self.modes:
-            with Isolated(self.stream, self.generators), RuleCode():
+            with Isolated(self.stream), RuleCode():
                 self.modes[1]()
 
     def training(self):
         if self.modes:
-            with Isolated(self.stream, self.generators), RuleCode():
+            with Isolated(self.stream), RuleCode():
                 self.modes[0]()
 
     def state_dict(self):
@@ -117,7 +121,7 @@ class Adapter:
         if "stream" not in state:  # written before the stream was kept
             state = {"optimizer": state, "stream": self.stream.state(),
                      "steps": self.steps}
-        with Isolated(self.stream, self.generators):
+        with Isolated(self.stream):
             self.convention.load_state_dict(self.optimizer, state["optimizer"])
             for name, value in state.get("attributes", {}).items():
                 _restore(self.optimizer, name, value)

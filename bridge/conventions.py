@@ -53,11 +53,13 @@ class Convention:
         return accepts_closure(optimizer.step)
 
     @staticmethod
-    def python_generators(fn):
-        """Whether fn's rule may draw from Python's `random` or numpy's
-        global generator: then the isolation swaps the copy's own states of
-        them in around every call (bridge/isolation.py). Any rule may,
-        unless its library's convention knows better."""
+    def isolated_steps(fn):
+        """Whether fn's rule steps under the isolation (bridge/isolation.py):
+        the process-wide lock, the process's state saved and its generators
+        holding the copy's stream. Any rule does, unless its library's
+        convention knows that its steps draw no random numbers and set
+        nothing process-wide: then the two copies' steps run at once, under
+        the guards alone."""
         return True
 
     @staticmethod
@@ -116,8 +118,9 @@ class TorchOptim(Convention):
     documentation says; the other parameters go to Adam. Its per-parameter
     classes get all the tensors in one group (their bits, one call per
     step instead of one per tensor), Adam and AdamW on a CPU their foreach
-    path; and none of its rules draws from Python's or numpy's generators
-    (torch/optim imports neither `random` nor numpy)."""
+    path; and its rules step without the isolation: torch/optim draws from
+    no generator (torch's, Python's `random`, numpy's) and sets no
+    process-wide state, so the two copies' steps need not take turns."""
 
     # Each tensor's update is computed from its own state and its group's
     # hyperparameters, which twins gives every group alike: one group of
@@ -154,7 +157,7 @@ class TorchOptim(Convention):
         return fn([{"params": params}], **kwargs)
 
     @staticmethod
-    def python_generators(fn):
+    def isolated_steps(fn):
         return not getattr(fn, "__module__", "").startswith("torch.optim")
 
     @staticmethod

@@ -1,13 +1,15 @@
 """Isolation of a Python rule from the process it runs in (docs/extending.md).
 
-Isolation. Every construction and step runs under one process-wide lock,
-with the process's global torch state saved before and restored after:
+Isolation. Every construction and step runs under one process-wide lock
+(but the steps of a rule whose library's convention knows they draw no
+random numbers and set nothing process-wide, torch.optim's, which run under
+the guards below alone: bridge/conventions.py), with the process's global
+torch state saved before and restored after:
 the default dtype, the number of intra-op threads, and the random
 generators (torch's CPU generator, CUDA's where CUDA is initialised,
-Python's `random`, numpy's global one; the last two only for a rule that
-may draw from them, which torch.optim's do not). While the rule runs, the
-random generators hold the copy's own stream: both copies of a pair start
-from the same seed, so a rule that draws random numbers in step() (PSGD-Kron's
+Python's `random`, numpy's global one). While the rule runs, the random
+generators hold the copy's own stream: both copies of a pair start from the
+same seed, so a rule that draws random numbers in step() (PSGD-Kron's
 probes) draws the same numbers in both, the identity twin stays exactly 0,
 and the stream goes into the checkpoint with the rule's state_dict(), so a
 resumed run draws what a straight run draws, under any --jobs / --threads.
@@ -327,13 +329,8 @@ class Isolated:
     directory is put back too, should a rule's native code have changed
     it."""
 
-    def __init__(self, stream, python_generators=True):
+    def __init__(self, stream):
         self.stream = stream
-        # False for a rule its library's convention knows never draws from
-        # Python's `random` or numpy's global generator (torch.optim's):
-        # their states, 2.5 kB each, are then neither swapped in nor out
-        # (numpy's copies alone cost about 90 us a call under torch 1.13).
-        self.python_generators = python_generators
 
     def __enter__(self):
         _lock.acquire()
@@ -355,11 +352,6 @@ class Isolated:
             if self.stream.torch_cuda is None:
                 self.stream.torch_cuda = _fresh_cuda_states(self.stream.seed)
             torch.cuda.set_rng_state_all(self.stream.torch_cuda)
-        if self.python_generators:
-            self._swap_python_generators_in()
-        return self
-
-    def _swap_python_generators_in(self):
         self.python = random.getstate()
         random.setstate(self.stream.python)
         nr = _numpy_random()
@@ -368,14 +360,7 @@ class Isolated:
             if self.stream.numpy is None:
                 self.stream.numpy = nr.RandomState(self.stream.seed % 2**32).get_state()
             nr.set_state(self.stream.numpy)
-
-    def _swap_python_generators_out(self):
-        self.stream.python = random.getstate()
-        random.setstate(self.python)
-        nr = _numpy_random()
-        if nr is not None and self.numpy is not None:
-            self.stream.numpy = nr.get_state()
-            nr.set_state(self.numpy)
+        return self
 
     def __exit__(self, *exc):
         try:
@@ -385,8 +370,12 @@ class Isolated:
                 self.stream.torch_cuda = torch.cuda.get_rng_state_all()
                 if self.cuda is not None:
                     torch.cuda.set_rng_state_all(self.cuda)
-            if self.python_generators:
-                self._swap_python_generators_out()
+            self.stream.python = random.getstate()
+            random.setstate(self.python)
+            nr = _numpy_random()
+            if nr is not None and self.numpy is not None:
+                self.stream.numpy = nr.get_state()
+                nr.set_state(self.numpy)
             torch.set_default_dtype(self.dtype)
             if torch.get_num_threads() != self.threads:
                 torch.set_num_threads(self.threads)

@@ -118,6 +118,11 @@ std::vector<ParamGroupInfo> param_groups(const optim::ParamSplit& p) {
 struct PythonOptimizer::State {
   py::object adapter;  // adapter.Adapter: the optimizer, its stream, checks
   bool modes = false;
+  // Its steps swap the copy's stream into the default generator
+  // (bridge/conventions.py, isolated_steps): false for a rule known to
+  // draw nothing, whose steps then need not wait for the generator's
+  // mutex, nor the other copy's step for them.
+  bool isolated_steps = true;
 };
 
 namespace {
@@ -183,6 +188,8 @@ PythonOptimizer::PythonOptimizer(std::shared_ptr<const Rule> rule,
       state->adapter = adapter_module().attr("make")(fn, python_groups(groups),
                                                kwargs, model_info(groups));
       state->modes = !state->adapter.attr("modes").is_none();
+      state->isolated_steps =
+          state->adapter.attr("isolated_steps").cast<bool>();
       state_ = std::move(state);
     } catch (const py::error_already_set& e) {
       if (call.interrupted()) {
@@ -214,8 +221,10 @@ torch::Tensor PythonOptimizer::step(LossClosure closure) {
   std::string error;
   auto alive = std::make_shared<bool>(true);
   {
-    std::lock_guard<std::recursive_mutex> generator(
-        model::default_generator_mutex());
+    std::unique_lock<std::recursive_mutex> generator(
+        model::default_generator_mutex(), std::defer_lock);
+    if (state_->isolated_steps)
+      generator.lock();
     py::gil_scoped_acquire gil;
     bool stopped = false;
     {

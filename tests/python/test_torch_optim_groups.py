@@ -1,11 +1,12 @@
 """torch.optim's rules as the adapter builds them (bridge/conventions.py,
 TorchOptim): its per-parameter classes get all of a copy's tensors in one
-group, Adam and AdamW on a CPU their foreach path, and none of them has
-Python's or numpy's generators swapped in. What must hold: the bits of the
-group per tensor that twins gave them before, step by step; a checkpoint
-written with a group per tensor resuming into the one group to the bits of
-a straight run; and a rule of any other library still isolated from the
-process's generators.
+group, Adam and AdamW on a CPU their foreach path, and their steps run
+without the isolation (no lock, no generator swapped in: torch/optim draws
+none). What must hold: the bits of the group per tensor that twins gave
+them before, step by step; a checkpoint written with a group per tensor
+resuming into the one group to the bits of a straight run; the two copies'
+steps running at once; and a rule of any other library still isolated:
+drawing from the copy's stream, its copies' steps taking turns.
 
 The adapter's modules are loaded from bridge/ as twin-run embeds them. Run
 by ctest with the Python of the build (Debian's torch 1.13; the wheel
@@ -15,6 +16,7 @@ import importlib.util
 import os
 import random
 import sys
+import threading
 import unittest
 from unittest import mock
 
@@ -142,9 +144,9 @@ class OneGroup(unittest.TestCase):
 class Generators(unittest.TestCase):
 
     def test_torch_optim_is_not_given_the_copys_python_stream(self):
-        """torch.optim draws from neither, so the isolation leaves the
-        process's states in: a draw made inside its step (a stand-in
-        patched in here) is the process's next number, not the stream's."""
+        """torch.optim draws from no generator, so its steps run without
+        the isolation: a draw made inside its step (a stand-in patched in
+        here) is the process's next number, not the stream's."""
         drawn = []
         step = torch.optim.Adam.step
 
@@ -180,6 +182,52 @@ class Generators(unittest.TestCase):
         self.assertEqual(drawn[0], drawn[1])
         self.assertEqual(drawn[0], random.Random(adapter.STREAM_SEED).random())
         self.assertEqual(random.random(), expected)
+
+
+class Concurrency(unittest.TestCase):
+    """The two copies' steps: at once for torch.optim's rules, by turns (the
+    isolation's lock) for another library's."""
+
+    @staticmethod
+    def _first_waits_for_second(cls, patch_on, wait_s):
+        """Whether copy 1's step, held inside the rule until copy 2's step
+        has ended, saw it end within wait_s."""
+        inside, second_done, seen = threading.Event(), threading.Event(), []
+        original = patch_on.step
+        main = threading.current_thread()
+
+        def step(self, closure=None):
+            if threading.current_thread() is not main:  # copy 1, on the worker
+                inside.set()
+                seen.append(second_done.wait(wait_s))
+                return original(self)
+            out = original(self)
+            second_done.set()
+            return out
+
+        params = [_parameters(6), _parameters(6)]
+        copies = [adapter.make(cls, _groups(p), {"lr": 1e-2}, {}) for p in params]
+        with mock.patch.object(patch_on, "step", step):
+            for p, g in zip(params[0], _gradients(0)):
+                p.grad = g.clone()
+            for p, g in zip(params[1], _gradients(0)):
+                p.grad = g.clone()
+            worker = threading.Thread(target=copies[0].step, args=(None,))
+            worker.start()
+            inside.wait(5)
+            copies[1].step(None)
+            worker.join()
+        return seen == [True]
+
+    def test_torch_optims_steps_run_at_once(self):
+        self.assertTrue(self._first_waits_for_second(torch.optim.Adam, torch.optim.Adam, 10))
+
+    def test_another_librarys_steps_take_turns(self):
+        class Plain(torch.optim.SGD):
+            pass
+
+        Plain.__module__ = "some_library.rules"
+        self.assertFalse(self._first_waits_for_second(Plain, Plain, 0.5))
 
 
 if __name__ == "__main__":
