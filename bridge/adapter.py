@@ -10,10 +10,10 @@ through this module:
                                            (bridge/conventions.py), and its
                                            random stream
     Adapter.step(closure)               -> one step, isolated
-                                           (bridge/isolation.py), or under
-                                           the guards alone for a rule its
+                                           (bridge/isolation.py), or only
+                                           under its lock for a rule its
                                            convention knows draws and sets
-                                           nothing (torch.optim's)
+                                           nothing (torch.optim's Adam, SGD, ...)
     Adapter.evaluation() / training()   -> schedule-free rules' weight swap
     Adapter.state_dict() / load_state_dict()
 
@@ -29,7 +29,7 @@ import torch
 
 from _twins_conventions import convention_of, library_of
 from _twins_errors import cannot_run_here
-from _twins_isolation import STREAM_SEED, Guarded, Isolated, RuleCode, Stream
+from _twins_isolation import STREAM_SEED, Isolated, RuleCode, Serialised, Stream
 
 
 def _signature(p):
@@ -92,7 +92,7 @@ class Adapter:
 
     def step(self, closure):
         self.steps += 1
-        scope = Isolated(self.stream) if self.isolated_steps else Guarded()
+        scope = Isolated(self.stream) if self.isolated_steps else Serialised()
         with scope, cannot_run_here(), RuleCode():
             if self.takes_closure:
                 self.optimizer.step(closure)

@@ -58,8 +58,8 @@ class Convention:
         the process-wide lock, the process's state saved and its generators
         holding the copy's stream. Any rule does, unless its library's
         convention knows that its steps draw no random numbers and set
-        nothing process-wide: then the two copies' steps run at once, under
-        the guards alone."""
+        nothing process-wide: then they run under the isolation's lock
+        alone, nothing saved or swapped (Serialised)."""
         return True
 
     @staticmethod
@@ -118,9 +118,9 @@ class TorchOptim(Convention):
     documentation says; the other parameters go to Adam. Its per-parameter
     classes get all the tensors in one group (their bits, one call per
     step instead of one per tensor), Adam and AdamW on a CPU their foreach
-    path; and its rules step without the isolation: torch/optim draws from
-    no generator (torch's, Python's `random`, numpy's) and sets no
-    process-wide state, so the two copies' steps need not take turns."""
+    path; and those step under the isolation's lock alone: torch/optim
+    draws from no generator (torch's, Python's `random`, numpy's) and sets
+    no process-wide state, so nothing need be saved or swapped."""
 
     # Each tensor's update is computed from its own state and its group's
     # hyperparameters, which twins gives every group alike: one group of
@@ -156,9 +156,12 @@ class TorchOptim(Convention):
             kwargs.setdefault("foreach", True)
         return fn([{"params": params}], **kwargs)
 
-    @staticmethod
-    def isolated_steps(fn):
-        return not getattr(fn, "__module__", "").startswith("torch.optim")
+    @classmethod
+    def isolated_steps(cls, fn):
+        """Not for the per-parameter classes; LBFGS and Muon (dot and
+        matrix products, whose bits a thread count can move) keep the whole
+        isolation."""
+        return cls._own(fn) not in cls.ONE_GROUP
 
     @staticmethod
     def load_state_dict(optimizer, state):
@@ -170,8 +173,8 @@ class TorchOptim(Convention):
             group = optimizer.param_groups[0]
             merged = {"params": [i for g in saved for i in g["params"]]}
             for key in group:
-                if key in ("params", "foreach"):
-                    continue
+                if key in ("params", "foreach") or all(key not in g for g in saved):
+                    continue  # one an older torch did not save: the class's default
                 values = [g.get(key) for g in saved]
                 if any(v != values[0] for v in values):
                     raise ValueError(

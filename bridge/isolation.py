@@ -1,12 +1,11 @@
 """Isolation of a Python rule from the process it runs in (docs/extending.md).
 
-Isolation. Every construction and step runs under one process-wide lock
-(but the steps of a rule whose library's convention knows they draw no
-random numbers and set nothing process-wide, torch.optim's, which run under
-the guards below alone: bridge/conventions.py), with the process's global
-torch state saved before and restored after:
-the default dtype, the number of intra-op threads, and the random
-generators (torch's CPU generator, CUDA's where CUDA is initialised,
+Isolation. Every construction and step runs under one process-wide lock,
+with the process's global torch state saved before and restored after (but
+for the steps of a rule whose library's convention knows they draw no
+random numbers and set nothing process-wide, torch.optim's per-parameter
+classes, which save and swap nothing: Serialised, below): the default
+dtype, the number of intra-op threads, and the random generators (torch's CPU generator, CUDA's where CUDA is initialised,
 Python's `random`, numpy's global one). While the rule runs, the random
 generators hold the copy's own stream: both copies of a pair start from the
 same seed, so a rule that draws random numbers in step() (PSGD-Kron's
@@ -248,6 +247,25 @@ class Guarded:
     def __exit__(self, *exc):
         _state.depth -= 1
         return False
+
+
+class Serialised(Guarded):
+    """A step of a rule that draws no random numbers and sets nothing
+    process-wide (torch.optim's per-parameter classes): the guards and the
+    isolation's lock, nothing saved or swapped. The lock still matters: its
+    first step makes state of the default dtype (torch.optim's step
+    counters, NAdam's and ASGD's running products), which another rule
+    may have changed inside its own isolated call meanwhile."""
+
+    def __enter__(self):
+        _lock.acquire()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            _lock.release()
 
 
 def call_guarded(fn, *args):

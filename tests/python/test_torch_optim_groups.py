@@ -1,12 +1,12 @@
 """torch.optim's rules as the adapter builds them (bridge/conventions.py,
 TorchOptim): its per-parameter classes get all of a copy's tensors in one
 group, Adam and AdamW on a CPU their foreach path, and their steps run
-without the isolation (no lock, no generator swapped in: torch/optim draws
-none). What must hold: the bits of the group per tensor that twins gave
+under the isolation's lock alone (no generator swapped in: torch/optim
+draws none). What must hold: the bits of the group per tensor that twins gave
 them before, step by step; a checkpoint written with a group per tensor
-resuming into the one group to the bits of a straight run; the two copies'
-steps running at once; and a rule of any other library still isolated:
-drawing from the copy's stream, its copies' steps taking turns.
+resuming into the one group to the bits of a straight run; their steps
+still taking turns with any other rule's isolated call; and a rule of any
+other library still isolated: drawing from the copy's stream.
 
 The adapter's modules are loaded from bridge/ as twin-run embeds them. Run
 by ctest with the Python of the build (Debian's torch 1.13; the wheel
@@ -33,7 +33,7 @@ def _load(name, file):
     return module
 
 
-_load("_twins_isolation", "isolation.py")
+isolation = _load("_twins_isolation", "isolation.py")
 _load("_twins_errors", "errors.py")
 _load("_twins_conventions", "conventions.py")
 adapter = _load("_twins_adapter", "adapter.py")
@@ -53,12 +53,13 @@ RULES = [("Adam", {}), ("Adam", {"amsgrad": True, "weight_decay": 0.01}),
 
 def _parameters(seed):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(s, generator=g).requires_grad_() for s in SHAPES]
+    return [torch.randn(s, generator=g, dtype=torch.float32).requires_grad_()
+            for s in SHAPES]
 
 
 def _gradients(step):
     g = torch.Generator().manual_seed(1000 + step)
-    return [torch.randn(s, generator=g) for s in SHAPES]
+    return [torch.randn(s, generator=g, dtype=torch.float32) for s in SHAPES]
 
 
 def _groups(params):
@@ -185,8 +186,9 @@ class Generators(unittest.TestCase):
 
 
 class Concurrency(unittest.TestCase):
-    """The two copies' steps: at once for torch.optim's rules, by turns (the
-    isolation's lock) for another library's."""
+    """The isolation's lock: the two copies' steps take turns, for
+    torch.optim's rules too, and a torch.optim step waits out another
+    rule's isolated call."""
 
     @staticmethod
     def _first_waits_for_second(cls, patch_on, wait_s):
@@ -219,8 +221,51 @@ class Concurrency(unittest.TestCase):
             worker.join()
         return seen == [True]
 
-    def test_torch_optims_steps_run_at_once(self):
-        self.assertTrue(self._first_waits_for_second(torch.optim.Adam, torch.optim.Adam, 10))
+    def test_torch_optims_steps_take_turns_too(self):
+        self.assertFalse(self._first_waits_for_second(torch.optim.Adam, torch.optim.Adam, 0.5))
+
+    def test_a_first_step_waits_out_another_rules_default_dtype(self):
+        """NAdam's first step makes its running product in the default
+        dtype; another rule's isolated call that sets float64 meanwhile
+        must not reach it (float64 parameters: the product's dtype moves
+        their bits)."""
+        def run(interfere):
+            params = [p.detach().double().requires_grad_() for p in _parameters(8)]
+            rule = adapter.make(torch.optim.NAdam, _groups(params), {"lr": 1e-2}, {})
+            inside, done = threading.Event(), threading.Event()
+
+            def other_rule():
+                with isolation.Isolated(isolation.Stream(1)):
+                    torch.set_default_dtype(torch.float64)
+                    inside.set()
+                    done.wait(0.5)
+
+            if interfere:
+                worker = threading.Thread(target=other_rule)
+                worker.start()
+                inside.wait(5)
+            for step in range(STEPS):
+                for p, g in zip(params, _gradients(step)):
+                    p.grad = g.double()
+                rule.step(None)
+            done.set()
+            if interfere:
+                worker.join()
+            self.assertEqual(torch.get_default_dtype(), torch.float32)
+            return params
+
+        for a, b in zip(run(False), run(True)):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_rules_with_reductions_keep_the_isolation(self):
+        """LBFGS's dot products (and Muon's matrix products, torch 2.9+)
+        could be moved by a thread count another rule sets meanwhile."""
+        lbfgs = adapter.make(torch.optim.LBFGS, _groups(_parameters(7)),
+                             {"lr": 1e-2}, {})
+        self.assertTrue(lbfgs.isolated_steps)
+        adam = adapter.make(torch.optim.Adam, _groups(_parameters(7)),
+                            {"lr": 1e-2}, {})
+        self.assertFalse(adam.isolated_steps)
 
     def test_another_librarys_steps_take_turns(self):
         class Plain(torch.optim.SGD):
