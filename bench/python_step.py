@@ -110,8 +110,6 @@ def main():
 
     per_tensor = rule([{"params": [p]} for p in params], lr=1e-3)
     rows = [("adapter step", lambda: a.step(None)),
-            ("  (its rule's steps isolated: " + ("yes)" if a.isolated_steps else "no)"),
-             None),
             ("rule's step as the adapter builds it", lambda: a.optimizer.step()),
             ("rule's step, one group per tensor", per_tensor.step),
             ("Isolated, empty", isolated)]
@@ -133,12 +131,10 @@ def main():
         pass  # no foreach path
 
     print(f"torch {torch.__version__}, {module or 'torch.optim'}.{name}, "
-          f"{len(params)} tensors, microseconds per copy-step "
+          f"{len(params)} tensors, steps isolated: "
+          f"{'yes' if a.isolated_steps else 'no'}, microseconds per copy-step "
           f"(median of {args.rounds} x {args.steps})")
     for what, fn in rows:
-        if fn is None:
-            print(what)
-            continue
         print(f"{what:36s} {microseconds(fn, args.steps, args.rounds):8.1f}")
     if args.bits > 0:
         compare_bits(rule, args.bits)

@@ -5,8 +5,9 @@ with the process's global torch state saved before and restored after (but
 for the steps of a rule whose library's convention knows they draw no
 random numbers and set nothing process-wide, torch.optim's per-parameter
 classes, which save and swap nothing: Serialised, below): the default
-dtype, the number of intra-op threads, and the random generators (torch's CPU generator, CUDA's where CUDA is initialised,
-Python's `random`, numpy's global one). While the rule runs, the random
+dtype, the number of intra-op threads, and the random generators (torch's
+CPU generator, CUDA's where CUDA is initialised, Python's `random`,
+numpy's global one). While the rule runs, the random
 generators hold the copy's own stream: both copies of a pair start from the
 same seed, so a rule that draws random numbers in step() (PSGD-Kron's
 probes) draws the same numbers in both, the identity twin stays exactly 0,

@@ -120,8 +120,7 @@ struct PythonOptimizer::State {
   bool modes = false;
   // Its steps swap the copy's stream into the default generator
   // (bridge/conventions.py, isolated_steps): false for a rule known to
-  // draw nothing, whose steps then need not wait for the generator's
-  // mutex, nor the other copy's step for them.
+  // draw nothing, whose steps then need not take the generator's mutex.
   bool isolated_steps = true;
 };
 

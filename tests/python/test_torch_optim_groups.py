@@ -191,11 +191,11 @@ class Concurrency(unittest.TestCase):
     rule's isolated call."""
 
     @staticmethod
-    def _first_waits_for_second(cls, patch_on, wait_s):
+    def _first_waits_for_second(cls, wait_s):
         """Whether copy 1's step, held inside the rule until copy 2's step
         has ended, saw it end within wait_s."""
         inside, second_done, seen = threading.Event(), threading.Event(), []
-        original = patch_on.step
+        original = cls.step
         main = threading.current_thread()
 
         def step(self, closure=None):
@@ -209,7 +209,7 @@ class Concurrency(unittest.TestCase):
 
         params = [_parameters(6), _parameters(6)]
         copies = [adapter.make(cls, _groups(p), {"lr": 1e-2}, {}) for p in params]
-        with mock.patch.object(patch_on, "step", step):
+        with mock.patch.object(cls, "step", step):
             for p, g in zip(params[0], _gradients(0)):
                 p.grad = g.clone()
             for p, g in zip(params[1], _gradients(0)):
@@ -222,7 +222,7 @@ class Concurrency(unittest.TestCase):
         return seen == [True]
 
     def test_torch_optims_steps_take_turns_too(self):
-        self.assertFalse(self._first_waits_for_second(torch.optim.Adam, torch.optim.Adam, 0.5))
+        self.assertFalse(self._first_waits_for_second(torch.optim.Adam, 0.5))
 
     def test_a_first_step_waits_out_another_rules_default_dtype(self):
         """NAdam's first step makes its running product in the default
@@ -272,7 +272,7 @@ class Concurrency(unittest.TestCase):
             pass
 
         Plain.__module__ = "some_library.rules"
-        self.assertFalse(self._first_waits_for_second(Plain, Plain, 0.5))
+        self.assertFalse(self._first_waits_for_second(Plain, 0.5))
 
 
 if __name__ == "__main__":
