@@ -29,7 +29,7 @@ import torch
 
 from _twins_conventions import convention_of, library_of
 from _twins_errors import cannot_run_here
-from _twins_isolation import STREAM_SEED, Isolated, RuleCode, Serialised, Stream
+from _twins_isolation import STREAM_SEED, Isolated, RuleCode, Shared, Stream
 
 
 def _signature(p):
@@ -92,7 +92,7 @@ class Adapter:
 
     def step(self, closure):
         self.steps += 1
-        scope = Isolated(self.stream) if self.isolated_steps else Serialised()
+        scope = Isolated(self.stream) if self.isolated_steps else Shared()
         with scope, cannot_run_here(), RuleCode():
             if self.takes_closure:
                 self.optimizer.step(closure)

@@ -58,8 +58,9 @@ class Convention:
         the process-wide lock, the process's state saved and its generators
         holding the copy's stream. Any rule does, unless its library's
         convention knows that its steps draw no random numbers and set
-        nothing process-wide: then they run under the isolation's lock
-        alone, nothing saved or swapped (Serialised)."""
+        nothing process-wide: then they hold the isolation's lock shared
+        (the two copies' steps at once), nothing saved or swapped
+        (Shared)."""
         return True
 
     @staticmethod
@@ -118,9 +119,10 @@ class TorchOptim(Convention):
     documentation says; the other parameters go to Adam. Its per-parameter
     classes get all the tensors in one group (their bits, one call per
     step instead of one per tensor), Adam and AdamW on a CPU their foreach
-    path; and those step under the isolation's lock alone: torch/optim
-    draws from no generator (torch's, Python's `random`, numpy's) and sets
-    no process-wide state, so nothing need be saved or swapped."""
+    path; and those step holding the isolation's lock shared, the two
+    copies at once: torch/optim draws from no generator (torch's, Python's
+    `random`, numpy's) and sets no process-wide state, so nothing need be
+    saved or swapped."""
 
     # Each tensor's update is computed from its own state and its group's
     # hyperparameters, which twins gives every group alike: one group of

@@ -4,10 +4,11 @@ Isolation. Every construction and step runs under one process-wide lock,
 with the process's global torch state saved before and restored after (but
 for the steps of a rule whose library's convention knows they draw no
 random numbers and set nothing process-wide, torch.optim's per-parameter
-classes, which save and swap nothing: Serialised, below): the default
-dtype, the number of intra-op threads, and the random generators (torch's
-CPU generator, CUDA's where CUDA is initialised, Python's `random`,
-numpy's global one). While the rule runs, the random
+classes, which save and swap nothing and share the lock, so that the two
+copies step at once: Shared, below): the default dtype, the number of
+intra-op threads, and the random generators (torch's CPU generator,
+CUDA's where CUDA is initialised, Python's `random`, numpy's global one).
+While the rule runs, the random
 generators hold the copy's own stream: both copies of a pair start from the
 same seed, so a rule that draws random numbers in step() (PSGD-Kron's
 probes) draws the same numbers in both, the identity twin stays exactly 0,
@@ -34,7 +35,67 @@ import torch
 # The seed of every copy's random stream (docs/extending.md).
 STREAM_SEED = 20260812
 
-_lock = threading.RLock()
+
+
+class _IsolationLock:
+    """The isolation's lock, held alone by an isolated call (again, nested,
+    on the thread that holds it) and together by the steps of rules that
+    set nothing process-wide (Shared, below): two copies' torch.optim
+    steps run at once, and never beside an isolated call, which may change
+    the default dtype their first step makes state in. A thread holding
+    it shared must not ask for it alone (two such threads would wait for
+    each other): the adapter never does; asking is an error, not a hang."""
+
+    def __init__(self):
+        self._cond = threading.Condition(threading.Lock())
+        self._owner = None   # the thread holding it alone
+        self._depth = 0      # the owner's nesting
+        self._shared = 0     # holders sharing it
+        self._mine = threading.local()  # .shared: this thread's count
+
+    def acquire(self):
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner == me:
+                self._depth += 1
+                return
+            if getattr(self._mine, "shared", 0):
+                raise RuntimeError(
+                    "twins isolation: an isolated call inside a shared step")
+            while self._owner is not None or self._shared:
+                self._cond.wait()
+            self._owner, self._depth = me, 1
+
+    def release(self):
+        with self._cond:
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+                self._cond.notify_all()
+
+    def acquire_shared(self):
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner == me:  # inside its own isolated call: nested
+                self._depth += 1
+                return
+            while self._owner is not None:
+                self._cond.wait()
+            self._shared += 1
+            self._mine.shared = getattr(self._mine, "shared", 0) + 1
+
+    def release_shared(self):
+        with self._cond:
+            if getattr(self._mine, "shared", 0) == 0:  # taken as nested
+                self._depth -= 1
+                return
+            self._mine.shared -= 1
+            self._shared -= 1
+            if self._shared == 0:
+                self._cond.notify_all()
+
+
+_lock = _IsolationLock()
 
 
 # ---------------------------------------------------------------------------
@@ -250,23 +311,24 @@ class Guarded:
         return False
 
 
-class Serialised(Guarded):
+class Shared(Guarded):
     """A step of a rule that draws no random numbers and sets nothing
     process-wide (torch.optim's per-parameter classes): the guards and the
-    isolation's lock, nothing saved or swapped. The lock still matters: its
-    first step makes state of the default dtype (torch.optim's step
-    counters, NAdam's and ASGD's running products), which another rule
-    may have changed inside its own isolated call meanwhile."""
+    isolation's lock held shared, nothing saved or swapped, so the two
+    copies' steps run at once. The lock still matters: its first step
+    makes state of the default dtype (torch.optim's step counters, NAdam's
+    and ASGD's running products), which another rule may change inside
+    its own isolated call, so the two never overlap."""
 
     def __enter__(self):
-        _lock.acquire()
+        _lock.acquire_shared()
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
-            _lock.release()
+            _lock.release_shared()
 
 
 def call_guarded(fn, *args):

@@ -1,12 +1,13 @@
 """torch.optim's rules as the adapter builds them (bridge/conventions.py,
 TorchOptim): its per-parameter classes get all of a copy's tensors in one
-group, Adam and AdamW on a CPU their foreach path, and their steps run
-under the isolation's lock alone (no generator swapped in: torch/optim
-draws none). What must hold: the bits of the group per tensor that twins gave
-them before, step by step; a checkpoint written with a group per tensor
-resuming into the one group to the bits of a straight run; their steps
-still taking turns with any other rule's isolated call; and a rule of any
-other library still isolated: drawing from the copy's stream.
+group, Adam and AdamW on a CPU their foreach path, and their steps hold
+the isolation's lock shared (no generator swapped in: torch/optim draws
+none), the two copies' steps at once. What must hold: the bits of the
+group per tensor that twins gave them before, step by step; a checkpoint
+written with a group per tensor resuming into the one group to the bits of
+a straight run; their steps never beside any other rule's isolated call;
+and a rule of any other library still isolated: drawing from the copy's
+stream, its steps taking turns.
 
 The adapter's modules are loaded from bridge/ as twin-run embeds them. Run
 by ctest with the Python of the build (Debian's torch 1.13; the wheel
@@ -17,6 +18,7 @@ import os
 import random
 import sys
 import threading
+import time
 import unittest
 from unittest import mock
 
@@ -186,9 +188,9 @@ class Generators(unittest.TestCase):
 
 
 class Concurrency(unittest.TestCase):
-    """The isolation's lock: the two copies' steps take turns, for
-    torch.optim's rules too, and a torch.optim step waits out another
-    rule's isolated call."""
+    """The isolation's lock: torch.optim's two copies step at once, another
+    library's take turns, and a torch.optim step and another rule's
+    isolated call never overlap."""
 
     @staticmethod
     def _first_waits_for_second(cls, wait_s):
@@ -221,8 +223,47 @@ class Concurrency(unittest.TestCase):
             worker.join()
         return seen == [True]
 
-    def test_torch_optims_steps_take_turns_too(self):
-        self.assertFalse(self._first_waits_for_second(torch.optim.Adam, 0.5))
+    def test_torch_optims_copies_step_at_once(self):
+        self.assertTrue(self._first_waits_for_second(torch.optim.Adam, 5))
+
+    def test_an_isolated_call_waits_out_a_torch_optim_step(self):
+        """Another rule's isolated call, begun while a torch.optim step is
+        inside, enters only after the step has returned."""
+        params = _parameters(9)
+        rule = adapter.make(torch.optim.Adam, _groups(params), {"lr": 1e-2}, {})
+        for p, g in zip(params, _gradients(0)):
+            p.grad = g.clone()
+        inside, events = threading.Event(), []
+        original = torch.optim.Adam.step
+
+        def step(self, closure=None):
+            inside.set()
+            time.sleep(0.3)  # the other rule tries to enter meanwhile
+            events.append("step returns")
+            return original(self)
+
+        def other_rule():
+            inside.wait(5)
+            with isolation.Isolated(isolation.Stream(1)):
+                events.append("isolated call enters")
+
+        worker = threading.Thread(target=other_rule)
+        worker.start()
+        with mock.patch.object(torch.optim.Adam, "step", step):
+            rule.step(None)
+        worker.join()
+        self.assertEqual(events, ["step returns", "isolated call enters"])
+
+    def test_an_isolated_call_inside_a_shared_step_is_an_error(self):
+        """Two threads each holding the lock shared and asking for it
+        alone would wait for each other: refused at once."""
+        with isolation.Shared():
+            with self.assertRaisesRegex(RuntimeError, "inside a shared step"):
+                with isolation.Isolated(isolation.Stream(1)):
+                    pass
+        with isolation.Isolated(isolation.Stream(1)):  # the lock is free again
+            with isolation.Shared():  # nested in its own isolated call
+                pass
 
     def test_a_first_step_waits_out_another_rules_default_dtype(self):
         """NAdam's first step makes its running product in the default
