@@ -10,8 +10,8 @@ through this module:
                                            (bridge/conventions.py), and its
                                            random stream
     Adapter.step(closure)               -> one step, isolated
-                                           (bridge/isolation.py), or only
-                                           under its lock for a rule its
+                                           (bridge/isolation.py), or holding
+                                           its lock shared for a rule its
                                            convention knows draws and sets
                                            nothing (torch.optim's Adam, SGD, ...)
     Adapter.evaluation() / training()   -> schedule-free rules' weight swap

@@ -19,7 +19,8 @@ with: its shape, dtype, device and requires_grad.
 
 This file is compiled into the bridge (bridge/CMakeLists.txt embeds it) as
 the module _twins_isolation; the adapter (bridge/adapter.py) enters
-Isolated(stream) around every call into a rule.
+Isolated(stream) around every call into a rule but torch.optim's steps,
+which enter Shared.
 """
 
 import ctypes
@@ -34,7 +35,6 @@ import torch
 
 # The seed of every copy's random stream (docs/extending.md).
 STREAM_SEED = 20260812
-
 
 
 class _IsolationLock:
@@ -68,10 +68,16 @@ class _IsolationLock:
 
     def release(self):
         with self._cond:
-            self._depth -= 1
-            if self._depth == 0:
-                self._owner = None
-                self._cond.notify_all()
+            self.release_held()
+
+    def release_held(self):
+        """One level of the owner's hold given back (the condition's lock
+        held): the last one frees it, in whichever order a nested Shared
+        and its Isolated end."""
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            self._cond.notify_all()
 
     def acquire_shared(self):
         me = threading.get_ident()
@@ -87,7 +93,7 @@ class _IsolationLock:
     def release_shared(self):
         with self._cond:
             if getattr(self._mine, "shared", 0) == 0:  # taken as nested
-                self._depth -= 1
+                self.release_held()
                 return
             self._mine.shared -= 1
             self._shared -= 1

@@ -227,23 +227,27 @@ class Concurrency(unittest.TestCase):
         self.assertTrue(self._first_waits_for_second(torch.optim.Adam, 5))
 
     def test_an_isolated_call_waits_out_a_torch_optim_step(self):
-        """Another rule's isolated call, begun while a torch.optim step is
-        inside, enters only after the step has returned."""
+        """Another rule's isolated call, asked for while a torch.optim step
+        is inside, enters only after the step has returned."""
         params = _parameters(9)
         rule = adapter.make(torch.optim.Adam, _groups(params), {"lr": 1e-2}, {})
         for p, g in zip(params, _gradients(0)):
             p.grad = g.clone()
-        inside, events = threading.Event(), []
+        inside, asked, events = threading.Event(), threading.Event(), []
         original = torch.optim.Adam.step
 
         def step(self, closure=None):
             inside.set()
-            time.sleep(0.3)  # the other rule tries to enter meanwhile
+            asked.wait(5)
+            time.sleep(0.3)  # the other rule waits at the lock meanwhile
+            out = original(self)
             events.append("step returns")
-            return original(self)
+            return out
 
         def other_rule():
             inside.wait(5)
+            events.append("isolated call asks")
+            asked.set()
             with isolation.Isolated(isolation.Stream(1)):
                 events.append("isolated call enters")
 
@@ -252,11 +256,14 @@ class Concurrency(unittest.TestCase):
         with mock.patch.object(torch.optim.Adam, "step", step):
             rule.step(None)
         worker.join()
-        self.assertEqual(events, ["step returns", "isolated call enters"])
+        self.assertEqual(events, ["isolated call asks", "step returns",
+                                  "isolated call enters"])
 
     def test_an_isolated_call_inside_a_shared_step_is_an_error(self):
         """Two threads each holding the lock shared and asking for it
-        alone would wait for each other: refused at once."""
+        alone would wait for each other: refused at once. Nested the other
+        way, a Shared in its thread's own Isolated holds nothing more, and
+        frees the lock whichever of the two ends last."""
         with isolation.Shared():
             with self.assertRaisesRegex(RuntimeError, "inside a shared step"):
                 with isolation.Isolated(isolation.Stream(1)):
@@ -264,6 +271,22 @@ class Concurrency(unittest.TestCase):
         with isolation.Isolated(isolation.Stream(1)):  # the lock is free again
             with isolation.Shared():  # nested in its own isolated call
                 pass
+        # Ended out of order (a nested Shared after its Isolated), the
+        # lock is still freed: another thread gets it.
+        held = isolation.Isolated(isolation.Stream(1)).__enter__()
+        nested = isolation.Shared().__enter__()
+        held.__exit__(None, None, None)
+        nested.__exit__(None, None, None)
+        got = []
+
+        def take_it():
+            with isolation.Isolated(isolation.Stream(1)):
+                got.append(True)
+
+        other = threading.Thread(target=take_it, daemon=True)
+        other.start()
+        other.join(5)
+        self.assertEqual(got, [True])
 
     def test_a_first_step_waits_out_another_rules_default_dtype(self):
         """NAdam's first step makes its running product in the default
