@@ -8,12 +8,12 @@ classes, which save and swap nothing and share the lock, so that the two
 copies step at once: Shared, below): the default dtype, the number of
 intra-op threads, and the random generators (torch's CPU generator,
 CUDA's where CUDA is initialised, Python's `random`, numpy's global one).
-While the rule runs, the random
-generators hold the copy's own stream: both copies of a pair start from the
-same seed, so a rule that draws random numbers in step() (PSGD-Kron's
-probes) draws the same numbers in both, the identity twin stays exactly 0,
-and the stream goes into the checkpoint with the rule's state_dict(), so a
-resumed run draws what a straight run draws, under any --jobs / --threads.
+While the rule runs, the random generators hold the copy's own stream:
+both copies of a pair start from the same seed, so a rule that draws
+random numbers in step() (PSGD-Kron's probes) draws the same numbers in
+both, the identity twin stays exactly 0, and the stream goes into the
+checkpoint with the rule's state_dict(), so a resumed run draws what a
+straight run draws, under any --jobs / --threads.
 After each step every parameter is checked against what it was built
 with: its shape, dtype, device and requires_grad.
 
@@ -68,9 +68,9 @@ class _IsolationLock:
 
     def release(self):
         with self._cond:
-            self.release_held()
+            self._release_held()
 
-    def release_held(self):
+    def _release_held(self):
         """One level of the owner's hold given back (the condition's lock
         held): the last one frees it, in whichever order a nested Shared
         and its Isolated end."""
@@ -93,7 +93,7 @@ class _IsolationLock:
     def release_shared(self):
         with self._cond:
             if getattr(self._mine, "shared", 0) == 0:  # taken as nested
-                self.release_held()
+                self._release_held()
                 return
             self._mine.shared -= 1
             self._shared -= 1
