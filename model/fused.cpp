@@ -353,15 +353,20 @@ torch::Tensor attention_output(const torch::Tensor& residual, BlockImpl& block,
   return residual_linear(residual, attention.wo, attended, paths);
 }
 
+// The block's second half on h, the attention's output with its residual.
+torch::Tensor block_mlp(BlockImpl& block, const torch::Tensor& h,
+                        const SpeedPaths& paths) {
+  const Normed n2 = norm_keep(block.norm2, h, false, paths);
+  return residual_mlp(n2.residual, block, n2.n, paths);
+}
+
 // The block from its attention's projections and the attention's
 // residual (x, or its last position with `last`): (B, T or 1, d).
 torch::Tensor finish_block(BlockImpl& block, const torch::Tensor& residual,
                            const Projected& projected, bool last,
                            const SpeedPaths& paths) {
-  const torch::Tensor h =
-      attention_output(residual, block, projected, last, paths);
-  const Normed n2 = norm_keep(block.norm2, h, false, paths);
-  return residual_mlp(n2.residual, block, n2.n, paths);
+  return block_mlp(
+      block, attention_output(residual, block, projected, last, paths), paths);
 }
 
 // The first block with its token-wise work done once per row of a table of
@@ -392,11 +397,21 @@ torch::Tensor first_block_by_table(TransformerImpl& model,
                 {linear(attention.wq, n, paths), linear(attention.wk, n, paths),
                  linear(attention.wv, n, paths)},
                 1);
+  const torch::Tensor x = gather_rows(table, rows).view({B, T, d});
+  if (!last && paths.small_attention && projected.size(1) == 3 * d &&
+      at::get_num_threads() == 1) {
+    // The kernel reads each position's [Q | K | V] in the table and adds
+    // its gradient there: the gather's bits, without the gathered rows.
+    // Its backward runs on one thread, hence only where the model does.
+    const torch::Tensor attended = small_attention_table(
+        projected, rows, T, attention.heads(), attention.causal());
+    return block_mlp(block, residual_linear(x, attention.wo, attended, paths),
+                     paths);
+  }
   // Gathered apart: each gather's backward adds its rows into its own
   // table's gradient.
   Projected p;
   p.qkv = gather_rows(projected, rows).view({B, T, -1});
-  const torch::Tensor x = gather_rows(table, rows).view({B, T, d});
   return finish_block(block, last ? x.narrow(1, T - 1, 1) : x, p, last, paths);
 }
 

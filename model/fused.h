@@ -40,6 +40,9 @@ struct SpeedPaths {
   // tokens (the full-batch mod-p task: 883 sequences, 48 tokens). CPU only:
   // on CUDA the gather's backward (an index_add) is not deterministic; and
   // not under rotary positions, whose table would be of tokens alone.
+  // With the small-attention kernel on one thread, and more blocks than
+  // one, the first block's attention reads [Q | K | V] in the table and
+  // adds its gradient there (small_attention_table): the gather's bits.
   // Products over other rows, 1e-12.
   bool token_table = false;
   // W_Q, W_K, W_V stacked in one product per block: one pass over the

@@ -39,4 +39,21 @@ torch::Tensor small_attention_kv(const torch::Tensor& q,
                                  const torch::Tensor& kv, int64_t heads,
                                  bool causal);
 
+// The same on a table's rows: table (R, 3d) holds [Q | K | V] per row and
+// position t of sequence b is its row rows[b * positions + t] (rows: int64,
+// B * positions of them); every position's query. Returns (B, positions, d)
+// with the bits of small_attention_packed on the gathered (B, positions,
+// 3d) tensor, and its gradient, the table's (R, 3d), has the bits of that
+// tensor's gradient added row by row into the table in the order of
+// `rows`, from zero (gather_rows' backward) — without the gathered tensor
+// or its gradient in memory. The backward runs on the calling thread.
+torch::Tensor small_attention_table(const torch::Tensor& table,
+                                    const torch::Tensor& rows,
+                                    int64_t positions, int64_t heads,
+                                    bool causal);
+
+// How many times this process called small_attention_table: the tests'
+// evidence that a forward pass took it.
+int64_t small_attention_table_calls();
+
 }  // namespace model

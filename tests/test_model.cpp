@@ -387,6 +387,36 @@ TEST(SpeedPaths, EachDevicesChoiceComputesTheReference) {
   }
 }
 
+// On one thread the CPU's choice reads the first block's [Q | K | V] in
+// the token table (small_attention_table); on two it gathers them first.
+// Both give the same bits, output and every gradient.
+TEST(SpeedPaths, TheTableAttentionKeepsTheGathersBits) {
+  for (bool last_only : {true, false}) {
+    SCOPED_TRACE(::testing::Message() << "last_only " << last_only);
+    auto m = path_model(last_only, 3);
+    torch::manual_seed(6);
+    const torch::Tensor tokens = torch::randint(0, 5, {9, 3});
+    const model::SpeedPaths cpu = model::speed_paths(m->config(), 9, 3, false);
+    ASSERT_TRUE(cpu.token_table && cpu.small_attention);
+    const int before_threads = at::get_num_threads();
+    std::vector<Pass> passes;
+    std::vector<int64_t> calls;
+    for (int threads : {1, 2}) {
+      at::set_num_threads(threads);
+      const int64_t before = model::small_attention_table_calls();
+      passes.push_back(run_pass(m, model::fast_forward(*m, tokens, cpu)));
+      calls.push_back(model::small_attention_table_calls() - before);
+    }
+    at::set_num_threads(before_threads);
+    EXPECT_EQ(calls[0], 1) << "one thread: the table's attention";
+    EXPECT_EQ(calls[1], 0) << "two threads: the gather";
+    EXPECT_TRUE(passes[0].out.equal(passes[1].out));
+    for (size_t i = 0; i < passes[0].grads.size(); ++i)
+      EXPECT_TRUE(passes[0].grads[i].equal(passes[1].grads[i]))
+          << "parameter " << i;
+  }
+}
+
 // softmax(Q K^T / sqrt(hd)) V per head with plain tensor ops; query i at
 // position T - Tq + i.
 torch::Tensor plain_attention(const torch::Tensor& q, const torch::Tensor& k,
@@ -537,6 +567,53 @@ TEST(SmallAttention, PackedFormsAreTheKernelOnTheirBlocks) {
   EXPECT_THROW(model::small_attention_kv(t.narrow(-1, 0, 10),
                                          t.narrow(-1, 0, 12), 2, false),
                c10::Error);  // K and V not of q's width
+}
+
+// Attention on a table's rows is small_attention_packed on the gathered
+// rows, and the table's gradient is the gathered rows' gradient added by
+// gather_rows' backward: bit for bit, rows repeated and some never used.
+TEST(SmallAttention, TableFormIsThePackedFormOnGatheredRows) {
+  torch::manual_seed(9);
+  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+    for (const bool causal : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "dtype " << dtype << " causal " << causal);
+      const int64_t B = 40, T = 3, heads = 4, d = 64, R = 12;
+      const auto table0 = torch::randn({R, 3 * d}, dtype);
+      const auto rows = torch::randint(0, 9, {B * T});  // 9 .. 11 unused
+      const auto w = torch::randn({B, T, d}, dtype);
+      std::vector<torch::Tensor> ys, grads;
+      for (const bool by_table : {false, true}) {
+        const auto table = table0.clone().requires_grad_();
+        const auto y =
+            by_table
+                ? model::small_attention_table(table, rows, T, heads, causal)
+                : model::small_attention_packed(
+                      model::gather_rows(table, rows).view({B, T, 3 * d}),
+                      heads, causal, false);
+        (y * w).sum().backward();
+        ys.push_back(y.detach());
+        grads.push_back(table.grad());
+      }
+      EXPECT_TRUE(ys[1].equal(ys[0]));
+      EXPECT_TRUE(grads[1].equal(grads[0]));
+      EXPECT_TRUE(grads[1].narrow(0, 9, 3).eq(0).all().item<bool>());
+      EXPECT_GT(grads[1].abs().max().item<double>(), 0.0);
+    }
+  }
+  const auto table = torch::randn({5, 12});
+  const auto rows = torch::tensor({0, 1, 2, 3, 4, 0}, torch::kLong);
+  EXPECT_THROW(
+      model::small_attention_table(table.narrow(1, 0, 10), rows, 3, 2, false),
+      c10::Error);  // not three blocks
+  EXPECT_THROW(model::small_attention_table(table, rows, 4, 2, false),
+               c10::Error);  // 6 rows are not sequences of 4
+  EXPECT_THROW(model::small_attention_table(
+                   table, torch::tensor({0, 1, 5}, torch::kLong), 3, 2, false),
+               c10::Error);  // row 5 of 5
+  EXPECT_THROW(
+      model::small_attention_table(table, rows.to(torch::kInt), 3, 2, false),
+      c10::Error);  // int32 rows
 }
 
 TEST(SmallAttention, RejectsTooManyPositions) {
