@@ -43,10 +43,13 @@ typename V::Reg exp_of(typename V::Reg x) {
 }
 
 // Entry block `at` of C (its offset from g.c; `width` lanes wide on an
-// edge) gets h through the epilogue (gemm_kernels.h).
+// edge) gets h through the epilogue (gemm_kernels.h). Inlined always: a
+// call per vector of the tile cost about 2 % of a float32 mod47 step
+// beside SiLU's 16-lane exp and divide.
 template <class V, int kEpilogue>
-void finish(const gemm::Operands<typename V::T>& g, int64_t at,
-            typename V::Reg h, bool edge, int width) {
+[[gnu::always_inline]] inline void finish(
+    const gemm::Operands<typename V::T>& g, int64_t at, typename V::Reg h,
+    bool edge, int width) {
   using T = typename V::T;
   using Reg = typename V::Reg;
   auto put = [&](T* p, Reg x) {
