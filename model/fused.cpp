@@ -398,8 +398,8 @@ torch::Tensor first_block_by_table(TransformerImpl& model,
                  linear(attention.wv, n, paths)},
                 1);
   const torch::Tensor x = gather_rows(table, rows).view({B, T, d});
-  if (!last && paths.small_attention && projected.size(1) == 3 * d &&
-      at::get_num_threads() == 1) {
+  if (paths.table_attention && paths.small_attention && !last &&
+      projected.size(1) == 3 * d && at::get_num_threads() == 1) {
     // The kernel reads each position's [Q | K | V] in the table and adds
     // its gradient there: the gather's bits, without the gathered rows.
     // Its backward runs on one thread, hence only where the model does.
@@ -433,6 +433,7 @@ SpeedPaths speed_paths(const ModelConfig& config, int64_t sequences,
   paths.small_attention = !cuda && positions <= kSmallAttentionMaxPositions &&
                           !config.rope && !config.grouped();
   paths.last_query = true;
+  paths.table_attention = paths.token_table && paths.small_attention;
   paths.fma_chain = !cuda && matmul() == Matmul::kFmaChain;
   return paths;
 }

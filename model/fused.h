@@ -40,11 +40,13 @@ struct SpeedPaths {
   // tokens (the full-batch mod-p task: 883 sequences, 48 tokens). CPU only:
   // on CUDA the gather's backward (an index_add) is not deterministic; and
   // not under rotary positions, whose table would be of tokens alone.
-  // With the small-attention kernel on one thread, and more blocks than
-  // one, the first block's attention reads [Q | K | V] in the table and
-  // adds its gradient there (small_attention_table): the gather's bits.
   // Products over other rows, 1e-12.
   bool token_table = false;
+  // With the token table and the small-attention kernel, a first block
+  // that is not the last attends on the table's rows where the model runs
+  // on one thread (small_attention_table: no gathered [Q | K | V] or
+  // gradient in memory): the gather's bits.
+  bool table_attention = false;
   // W_Q, W_K, W_V stacked in one product per block: one pass over the
   // normed input, and one input gradient instead of a sum of three. The
   // weights stay separate parameters; the stack is rebuilt at every call.

@@ -388,8 +388,9 @@ TEST(SpeedPaths, EachDevicesChoiceComputesTheReference) {
 }
 
 // On one thread the CPU's choice reads the first block's [Q | K | V] in
-// the token table (small_attention_table); on two it gathers them first.
-// Both give the same bits, output and every gradient.
+// the token table (small_attention_table) with the gather's bits: output
+// and every gradient equal to the same paths without it. On two threads
+// the gather stays (the table's backward adds on one thread).
 TEST(SpeedPaths, TheTableAttentionKeepsTheGathersBits) {
   for (bool last_only : {true, false}) {
     SCOPED_TRACE(::testing::Message() << "last_only " << last_only);
@@ -397,23 +398,29 @@ TEST(SpeedPaths, TheTableAttentionKeepsTheGathersBits) {
     torch::manual_seed(6);
     const torch::Tensor tokens = torch::randint(0, 5, {9, 3});
     const model::SpeedPaths cpu = model::speed_paths(m->config(), 9, 3, false);
-    ASSERT_TRUE(cpu.token_table && cpu.small_attention);
+    ASSERT_TRUE(cpu.token_table && cpu.small_attention && cpu.table_attention);
+    model::SpeedPaths gathered = cpu;
+    gathered.table_attention = false;
     const int before_threads = at::get_num_threads();
-    std::vector<Pass> passes;
-    std::vector<int64_t> calls;
-    for (int threads : {1, 2}) {
+    auto pass = [&](const model::SpeedPaths& paths, int threads,
+                    int64_t& calls) {
       at::set_num_threads(threads);
       const int64_t before = model::small_attention_table_calls();
-      passes.push_back(run_pass(m, model::fast_forward(*m, tokens, cpu)));
-      calls.push_back(model::small_attention_table_calls() - before);
-    }
+      Pass p = run_pass(m, model::fast_forward(*m, tokens, paths));
+      calls = model::small_attention_table_calls() - before;
+      return p;
+    };
+    int64_t by_table = 0, by_gather = 0, on_two = 0;
+    const Pass table = pass(cpu, 1, by_table);
+    const Pass gather = pass(gathered, 1, by_gather);
+    pass(cpu, 2, on_two);
     at::set_num_threads(before_threads);
-    EXPECT_EQ(calls[0], 1) << "one thread: the table's attention";
-    EXPECT_EQ(calls[1], 0) << "two threads: the gather";
-    EXPECT_TRUE(passes[0].out.equal(passes[1].out));
-    for (size_t i = 0; i < passes[0].grads.size(); ++i)
-      EXPECT_TRUE(passes[0].grads[i].equal(passes[1].grads[i]))
-          << "parameter " << i;
+    EXPECT_EQ(by_table, 1);
+    EXPECT_EQ(by_gather, 0);
+    EXPECT_EQ(on_two, 0) << "two threads: the gather";
+    EXPECT_TRUE(table.out.equal(gather.out));
+    for (size_t i = 0; i < table.grads.size(); ++i)
+      EXPECT_TRUE(table.grads[i].equal(gather.grads[i])) << "parameter " << i;
   }
 }
 
