@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace model::lanes {
 
@@ -11,7 +12,11 @@ namespace model::lanes {
 // vectorise in whatever function they are inlined into, not as the
 // compiler's analysis of that function allows.
 template <typename scalar_t>
-struct Quad;
+struct Quad {
+  static_assert(std::is_same_v<scalar_t, float> ||
+                    std::is_same_v<scalar_t, double>,
+                "model::lanes: float or double lanes only");
+};
 template <>
 struct Quad<float> {
   typedef float type __attribute__((vector_size(16)));

@@ -609,6 +609,11 @@ torch::Tensor small_attention_table(const torch::Tensor& table,
                                     const torch::Tensor& rows,
                                     int64_t positions, int64_t heads,
                                     bool causal) {
+  TORCH_CHECK(
+      table.device().is_cpu() && (table.scalar_type() == torch::kFloat ||
+                                  table.scalar_type() == torch::kDouble),
+      "small_attention_table: a float32 or float64 CPU table, got ",
+      table.scalar_type(), " on ", table.device());
   TORCH_CHECK(table.dim() == 2 && table.size(1) % 3 == 0 && table.size(1) > 0,
               "small_attention_table: table must be (R, 3d), got ",
               table.sizes());
@@ -620,17 +625,15 @@ torch::Tensor small_attention_table(const torch::Tensor& table,
                   rows.size(0) % positions == 0,
               "small_attention_table: ", rows.size(0),
               " rows are not whole sequences of ", positions, " positions");
-  TORCH_CHECK(rows.numel() == 0 || (rows.min().item<int64_t>() >= 0 &&
-                                    rows.max().item<int64_t>() < table.size(0)),
-              "small_attention_table: a row outside the table's ",
-              table.size(0));
+  if (rows.numel() > 0) {
+    const auto [low, high] = at::aminmax(rows);
+    TORCH_CHECK(
+        low.item<int64_t>() >= 0 && high.item<int64_t>() < table.size(0),
+        "small_attention_table: a row outside the table's ", table.size(0));
+  }
   const int64_t d = table.size(1) / 3;
   TORCH_CHECK(heads >= 1 && d % heads == 0, "small_attention_table: d ", d,
               " is not divisible by heads ", heads);
-  TORCH_CHECK(
-      table.device().is_cpu() && (table.scalar_type() == torch::kFloat ||
-                                  table.scalar_type() == torch::kDouble),
-      "small_attention_table: a float32 or float64 CPU table");
   ++g_table_calls;
   return TableAttention::apply(table, rows.contiguous(), positions, heads,
                                causal);

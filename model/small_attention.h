@@ -46,7 +46,8 @@ torch::Tensor small_attention_kv(const torch::Tensor& q,
 // 3d) tensor, and its gradient, the table's (R, 3d), has the bits of that
 // tensor's gradient added row by row into the table in the order of
 // `rows`, from zero (gather_rows' backward) — without the gathered tensor
-// or its gradient in memory. The backward runs on the calling thread.
+// or its gradient in memory (a non-contiguous table is copied first).
+// The backward runs on the calling thread.
 torch::Tensor small_attention_table(const torch::Tensor& table,
                                     const torch::Tensor& rows,
                                     int64_t positions, int64_t heads,

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
 #include "helpers.h"
 #include "model/fused.h"
 #include "model/gemm.h"
+#include "model/lanes.h"
 #include "model/loss.h"
 #include "model/small_attention.h"
 #include "twins/gauge.h"
@@ -401,7 +403,10 @@ TEST(SpeedPaths, TheTableAttentionKeepsTheGathersBits) {
     ASSERT_TRUE(cpu.token_table && cpu.small_attention && cpu.table_attention);
     model::SpeedPaths gathered = cpu;
     gathered.table_attention = false;
-    const int before_threads = at::get_num_threads();
+    struct RestoreThreads {
+      int threads = at::get_num_threads();
+      ~RestoreThreads() { at::set_num_threads(threads); }
+    } restore;
     auto pass = [&](const model::SpeedPaths& paths, int threads,
                     int64_t& calls) {
       at::set_num_threads(threads);
@@ -414,7 +419,6 @@ TEST(SpeedPaths, TheTableAttentionKeepsTheGathersBits) {
     const Pass table = pass(cpu, 1, by_table);
     const Pass gather = pass(gathered, 1, by_gather);
     pass(cpu, 2, on_two);
-    at::set_num_threads(before_threads);
     EXPECT_EQ(by_table, 1);
     EXPECT_EQ(by_gather, 0);
     EXPECT_EQ(on_two, 0) << "two threads: the gather";
@@ -576,38 +580,96 @@ TEST(SmallAttention, PackedFormsAreTheKernelOnTheirBlocks) {
                c10::Error);  // K and V not of q's width
 }
 
+// lanes::dot and axpy as four-lane vectors keep the bits of the scalar
+// loops they replaced (eight running sums added in a fixed order; y += a x
+// element by element): every length 0 .. 20, float and double, with
+// signed zeros and magnitudes that make the order show.
+template <typename T>
+T scalar_dot(const T* a, const T* b, int64_t n) {
+  T acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int l = 0; l < 8; ++l)
+      acc[l] += a[c + l] * b[c + l];
+  for (int l = 0; l < 8 && c < n; ++c, ++l)
+    acc[l] += a[c] * b[c];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) +
+         ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+template <typename T>
+void expect_lanes_keep_the_scalar_bits(torch::Dtype dtype) {
+  for (int64_t n = 0; n <= 20; ++n) {
+    for (int trial = 0; trial < 20; ++trial) {
+      torch::Tensor a = torch::randn({n}, dtype) *
+                        torch::pow(10.0, torch::randint(-6, 7, {n}, dtype));
+      torch::Tensor b = torch::randn({n}, dtype);
+      if (n > 2) {
+        a[0] = -0.0;
+        b[1] = -0.0;
+      }
+      const T* pa = a.data_ptr<T>();
+      const T* pb = b.data_ptr<T>();
+      const T ours = model::lanes::dot(pa, pb, n);
+      const T theirs = scalar_dot(pa, pb, n);
+      ASSERT_EQ(std::memcmp(&ours, &theirs, sizeof(T)), 0)
+          << "dot, n " << n << ": " << ours << " against " << theirs;
+      torch::Tensor y = torch::randn({n}, dtype);
+      torch::Tensor y_scalar = y.clone();
+      const T s = static_cast<T>(0.37 + trial);
+      model::lanes::axpy(s, pa, y.data_ptr<T>(), n);
+      T* ys = y_scalar.data_ptr<T>();
+      for (int64_t c = 0; c < n; ++c)
+        ys[c] += s * pa[c];
+      ASSERT_TRUE(y.equal(y_scalar)) << "axpy, n " << n;
+    }
+  }
+}
+
+TEST(Lanes, VectorLoopsKeepTheScalarLoopsBits) {
+  torch::manual_seed(12);
+  expect_lanes_keep_the_scalar_bits<float>(torch::kFloat);
+  expect_lanes_keep_the_scalar_bits<double>(torch::kDouble);
+}
+
 // Attention on a table's rows is small_attention_packed on the gathered
 // rows, and the table's gradient is the gathered rows' gradient added by
 // gather_rows' backward: bit for bit, rows repeated and some never used.
 TEST(SmallAttention, TableFormIsThePackedFormOnGatheredRows) {
   torch::manual_seed(9);
-  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
-    for (const bool causal : {false, true}) {
-      SCOPED_TRACE(::testing::Message()
-                   << "dtype " << dtype << " causal " << causal);
-      const int64_t B = 40, T = 3, heads = 4, d = 64, R = 12;
-      const auto table0 = torch::randn({R, 3 * d}, dtype);
-      const auto rows = torch::randint(0, 9, {B * T});  // 9 .. 11 unused
-      const auto w = torch::randn({B, T, d}, dtype);
-      std::vector<torch::Tensor> ys, grads;
-      for (const bool by_table : {false, true}) {
-        const auto table = table0.clone().requires_grad_();
-        const auto y =
-            by_table
-                ? model::small_attention_table(table, rows, T, heads, causal)
-                : model::small_attention_packed(
-                      model::gather_rows(table, rows).view({B, T, 3 * d}),
-                      heads, causal, false);
-        (y * w).sum().backward();
-        ys.push_back(y.detach());
-        grads.push_back(table.grad());
+  struct Shape {
+    int64_t d, heads, T;  // head widths 16, 32 and 5 (no constant), T <= 8
+  };
+  for (const Shape& shape : {Shape{64, 4, 3}, Shape{64, 2, 8}, Shape{20, 4, 5}})
+    for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+      for (const bool causal : {false, true}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "d " << shape.d << " heads " << shape.heads << " T "
+                     << shape.T << " dtype " << dtype << " causal " << causal);
+        const int64_t B = 40, T = shape.T, heads = shape.heads, d = shape.d,
+                      R = 12;
+        const auto table0 = torch::randn({R, 3 * d}, dtype);
+        const auto rows = torch::randint(0, 9, {B * T});  // 9 .. 11 unused
+        const auto w = torch::randn({B, T, d}, dtype);
+        std::vector<torch::Tensor> ys, grads;
+        for (const bool by_table : {false, true}) {
+          const auto table = table0.clone().requires_grad_();
+          const auto y =
+              by_table
+                  ? model::small_attention_table(table, rows, T, heads, causal)
+                  : model::small_attention_packed(
+                        model::gather_rows(table, rows).view({B, T, 3 * d}),
+                        heads, causal, false);
+          (y * w).sum().backward();
+          ys.push_back(y.detach());
+          grads.push_back(table.grad());
+        }
+        EXPECT_TRUE(ys[1].equal(ys[0]));
+        EXPECT_TRUE(grads[1].equal(grads[0]));
+        EXPECT_TRUE(grads[1].narrow(0, 9, 3).eq(0).all().item<bool>());
+        EXPECT_GT(grads[1].abs().max().item<double>(), 0.0);
       }
-      EXPECT_TRUE(ys[1].equal(ys[0]));
-      EXPECT_TRUE(grads[1].equal(grads[0]));
-      EXPECT_TRUE(grads[1].narrow(0, 9, 3).eq(0).all().item<bool>());
-      EXPECT_GT(grads[1].abs().max().item<double>(), 0.0);
     }
-  }
   const auto table = torch::randn({5, 12});
   const auto rows = torch::tensor({0, 1, 2, 3, 4, 0}, torch::kLong);
   EXPECT_THROW(
