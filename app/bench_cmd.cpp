@@ -83,8 +83,11 @@ int run_bench(const BenchFlags& flags) {
     for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
       const auto figures = bench::kernel_figures("mod47", dtype, repeats);
       const std::string name = twins::dtype_name(dtype);
-      tables += bench::format_kernel_table(figures, "mod47 " + name) + "\n";
+      tables += bench::format_kernel_table(figures, "mod47 " + name);
       j[name] = bench::kernels_to_json(figures);
+      const auto in_step = bench::step_products("mod47", dtype, repeats);
+      tables += bench::format_step_products(in_step) + "\n";
+      j["in_step"][name] = bench::step_products_to_json(in_step);
       const auto silu = bench::silu_figures("mod47", dtype, repeats);
       tables += bench::format_silu_table(silu) + "\n";
       j["silu"][name] = bench::silu_to_json(silu);

@@ -715,6 +715,64 @@ std::vector<KernelFigure> kernel_figures(const std::string& task,
   return out;
 }
 
+StepProducts step_products(const std::string& task, torch::Dtype dtype,
+                           int repeats) {
+  start_kernel_timing(repeats);
+  PairSpec spec = bench_spec(task, dtype, "adam");
+  const Schedule schedule = schedule_for(spec, false);
+  spec.steps = schedule.warmup + schedule.segment * repeats;
+  const model::ScopedMatmul matmul(model::Matmul::kFmaChain);
+  twins::Lockstep pair({spec}, 1);  // one copy after the other
+  pair.train_to(schedule.warmup);
+  pair.check_losses();
+  // Per copy-step: a segment trains both copies `segment` steps each.
+  const double copy_steps = 2.0 * double(schedule.segment);
+  std::vector<double> flops, calls, product_s, step_s, rates;
+  for (int r = 0; r < repeats; ++r) {
+    model::start_kernel_clock();
+    const auto t0 = Clock::now();
+    pair.train_to(pair.done() + schedule.segment);
+    const double wall = seconds_since(t0);
+    const model::KernelClock clock = model::stop_kernel_clock();
+    pair.check_losses();
+    TORCH_CHECK(clock.calls > 0 && clock.seconds > 0,
+                "bench: no kernel call in the step of ", task);
+    flops.push_back(clock.flops / copy_steps);
+    calls.push_back(double(clock.calls) / copy_steps);
+    product_s.push_back(clock.seconds / copy_steps);
+    step_s.push_back(wall / copy_steps);
+    rates.push_back(clock.flops / clock.seconds / 1e9);
+  }
+  StepProducts out;
+  out.flops_per_step = median(flops);
+  out.calls_per_step = median(calls);
+  out.product_seconds = median(product_s);
+  out.step_seconds = median(step_s);
+  out.gflops = median(rates);
+  out.fma_peak_gflops = model::fma_peak_gflops(dtype);
+  return out;
+}
+
+std::string format_step_products(const StepProducts& f) {
+  return fmt::format(
+      "inside the step: {:.1f} GFLOP/s, {:.0f}% of the FMA peak ({:.1f} "
+      "GFLOP/s): {:.0f} kernel calls, {:.1f} MFLOP in {:.2f} ms of a {:.2f} ms "
+      "copy-step ({:.0f}%); the kernels' clock around each call while one "
+      "pair trains on one thread, copy after copy, medians of the segments\n",
+      f.gflops, 100 * f.gflops / f.fma_peak_gflops, f.fma_peak_gflops,
+      f.calls_per_step, f.flops_per_step / 1e6, 1e3 * f.product_seconds,
+      1e3 * f.step_seconds, 100 * f.product_seconds / f.step_seconds);
+}
+
+nlohmann::json step_products_to_json(const StepProducts& f) {
+  return {{"flops_per_copy_step", f.flops_per_step},
+          {"kernel_calls_per_copy_step", f.calls_per_step},
+          {"product_s_per_copy_step", f.product_seconds},
+          {"s_per_copy_step", f.step_seconds},
+          {"gflops", f.gflops},
+          {"fma_peak_gflops", f.fma_peak_gflops}};
+}
+
 std::string format_kernel_table(const std::vector<KernelFigure>& figures,
                                 const std::string& title) {
   std::string out = title + "\n";

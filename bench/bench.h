@@ -138,6 +138,25 @@ std::string format_kernel_table(const std::vector<KernelFigure>& figures,
                                 const std::string& title);
 nlohmann::json kernels_to_json(const std::vector<KernelFigure>& figures);
 
+// The kernels' products as a training step runs them: one pair of
+// `task`'s default model in `dtype` trained on the kernels, one copy after
+// the other on one thread, with model's kernel clock on for `repeats`
+// segments of steps (after a warm-up). Per copy-step: the products' FLOPs
+// and seconds as the clock saw them, the step's wall seconds, and the
+// products' rate. Medians over the segments. Throws when this CPU has no
+// kernels.
+struct StepProducts {
+  double flops_per_step = 0;   // the kernels' FLOPs, one copy-step
+  double calls_per_step = 0;   // kernel calls, one copy-step
+  double product_seconds = 0;  // in the kernels, one copy-step
+  double step_seconds = 0;     // wall, one copy-step
+  double gflops = 0, fma_peak_gflops = 0;
+};
+StepProducts step_products(const std::string& task, torch::Dtype dtype,
+                           int repeats);
+std::string format_step_products(const StepProducts& figure);
+nlohmann::json step_products_to_json(const StepProducts& figure);
+
 // The MLP's SiLU beside its product, per call in ms on one thread: the
 // forward h = x W1^T then SiLU(h), and the backward's dY W2 then SiLU'(h)
 // times it; by the BLAS and LibTorch's silu / silu_backward, by the

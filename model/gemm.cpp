@@ -18,6 +18,11 @@ namespace {
 std::atomic<Matmul> g_matmul{Matmul::kBlas};
 std::atomic<int64_t> g_chain_products{0};
 
+// The kernel clock (gemm.h): on or off, and its totals in nanoseconds and
+// multiply-adds.
+std::atomic<bool> g_clock_on{false};
+std::atomic<int64_t> g_clock_ns{0}, g_clock_fmas{0}, g_clock_calls{0};
+
 Isa detect_isa() {
 #if !defined(__x86_64__)
   return Isa::kNone;  // not an x86-64 build: no kernels were compiled
@@ -33,7 +38,7 @@ Isa detect_isa() {
 }
 
 template <typename T>
-void run_kernel(Isa isa, const gemm::Operands<T>& g) {
+void run_kernel_unclocked(Isa isa, const gemm::Operands<T>& g) {
 #if defined(__x86_64__)
   if (isa == Isa::kAvx512)
     gemm::gemm_avx512(g);
@@ -42,6 +47,20 @@ void run_kernel(Isa isa, const gemm::Operands<T>& g) {
 #else
   (void)isa, (void)g;  // best_isa() is kNone: never called
 #endif
+}
+
+template <typename T>
+void run_kernel(Isa isa, const gemm::Operands<T>& g) {
+  if (!g_clock_on.load(std::memory_order_relaxed))
+    return run_kernel_unclocked(isa, g);
+  const auto t0 = std::chrono::steady_clock::now();
+  run_kernel_unclocked(isa, g);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+  g_clock_ns.fetch_add(ns, std::memory_order_relaxed);
+  g_clock_fmas.fetch_add(g.m * g.n * g.k, std::memory_order_relaxed);
+  g_clock_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
 // What the kernels do with C's entries (gemm_kernels.h's epilogues), with
@@ -445,6 +464,22 @@ Matmul matmul() {
 }
 
 int64_t chain_products() { return g_chain_products; }
+
+void start_kernel_clock() {
+  g_clock_ns = 0;
+  g_clock_fmas = 0;
+  g_clock_calls = 0;
+  g_clock_on = true;
+}
+
+KernelClock stop_kernel_clock() {
+  g_clock_on = false;
+  KernelClock clock;
+  clock.seconds = double(g_clock_ns.load()) * 1e-9;
+  clock.flops = 2.0 * double(g_clock_fmas.load());
+  clock.calls = g_clock_calls.load();
+  return clock;
+}
 
 Isa best_isa() {
   static const Isa isa = detect_isa();

@@ -67,6 +67,18 @@ double fma_peak_gflops(torch::Dtype dtype, Isa isa = best_isa());
 // order (MKL's small float64 products do) and the bits cannot tell.
 int64_t chain_products();
 
+// The kernels' own clock, for the bench's figure of the products as a
+// training step runs them (operands where the step leaves them in the
+// cache): while it runs, every kernel call, on any thread, adds its wall
+// seconds, its 2 m n k FLOPs and one call. Off by default (a relaxed load
+// a call); starting it zeroes the totals.
+struct KernelClock {
+  double seconds = 0, flops = 0;
+  int64_t calls = 0;
+};
+void start_kernel_clock();
+KernelClock stop_kernel_clock();
+
 // C = A B + add, `add` of C's shape: each entry's chain, then one addition
 // in the store (the bits of chain_mm's C plus add as a separate sum).
 torch::Tensor chain_mm_add(const torch::Tensor& a, const torch::Tensor& b,

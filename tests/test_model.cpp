@@ -891,6 +891,46 @@ TEST(FmaChain, EachEntryIsOneFusedChainInIndexOrderOnEveryInstructionSet) {
   }
 }
 
+// The kernels' clock (the bench's figure of the products inside a step)
+// counts each kernel call and its 2 m n k FLOPs while it runs, and nothing
+// before it starts or after it stops: one product, then the MLP on one
+// thread in blocks of 128 rows (300 rows: three blocks, two calls each in
+// the forward and four in the backward, 6 N d f multiply-adds in all).
+TEST(FmaChain, TheKernelClockCountsEachCallAndItsFlops) {
+  if (runnable_isas().empty())
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  torch::manual_seed(6);
+  const torch::Tensor a = torch::randn({13, 40}), b = torch::randn({40, 17});
+  model::chain_mm(a, b);  // before the clock: not counted
+  model::start_kernel_clock();
+  model::chain_mm(a, b);
+  model::KernelClock clock = model::stop_kernel_clock();
+  model::chain_mm(a, b);  // after it: not counted
+  EXPECT_EQ(clock.calls, 1);
+  EXPECT_EQ(clock.flops, 2.0 * 13 * 40 * 17);
+  EXPECT_GT(clock.seconds, 0);
+  model::start_kernel_clock();  // starting zeroes the totals
+  clock = model::stop_kernel_clock();
+  EXPECT_EQ(clock.calls, 0);
+  EXPECT_EQ(clock.flops, 0);
+
+  const int64_t N = 300, d = 16, f = 64;
+  const torch::Tensor x = torch::randn({N, d}, torch::requires_grad());
+  const torch::Tensor w1 = torch::randn({f, d}, torch::requires_grad());
+  const torch::Tensor w2 = torch::randn({d, f}, torch::requires_grad());
+  const torch::Tensor residual = torch::randn({N, d});
+  struct OneThread {  // the MLP in rows takes one intra-op thread
+    int threads = at::get_num_threads();
+    OneThread() { at::set_num_threads(1); }
+    ~OneThread() { at::set_num_threads(threads); }
+  } one;
+  model::start_kernel_clock();
+  model::chain_mlp(x, w1, w2, residual).sum().backward();
+  clock = model::stop_kernel_clock();
+  EXPECT_EQ(clock.calls, 3 * (2 + 4));
+  EXPECT_EQ(clock.flops, 2.0 * 6 * N * d * f);
+}
+
 // Rows split among threads change nothing: the mod47 MLP's product at one
 // and at two intra-op threads, and its weight gradient (a chain over 2649
 // rows), give the same bits.
