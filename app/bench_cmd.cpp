@@ -31,9 +31,11 @@ CLI::App* setup_bench(CLI::App& app, BenchFlags& flags) {
                 "layout (a weight's gradient reads dY transposed), float32 "
                 "and float64, LibTorch's BLAS against twins' FMA-chain "
                 "kernels, in "
-                "GFLOP/s and % of one core's FMA peak; and the MLP's product "
-                "with SiLU as a pass of its own against SiLU in the kernels' "
-                "stores, in ms");
+                "GFLOP/s and % of one core's FMA peak; the kernels' products "
+                "inside the step (a clock around each call while a pair "
+                "trains on one thread), in GFLOP/s and % of the peak; and "
+                "the MLP's product with SiLU as a pass of its own against "
+                "SiLU in the kernels' stores, in ms");
   cmd->add_flag("--vs-pytorch", flags.options.vs_pytorch,
                 "Also time bench/eager_pytorch.py at three thread settings "
                 "(LibTorch/OpenBLAS 1/1, 1/cores, cores/cores; median of 5 "

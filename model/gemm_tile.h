@@ -109,7 +109,8 @@ void tile(const gemm::Operands<typename V::T>& g, const typename V::T* b,
   // the forward's act and sig (megabytes written a whole pass earlier,
   // back in memory), the SiLU writes sig and C, the sum reads its addend.
   // A line a vector on AVX-512 (two vectors a line on AVX2). The float64
-  // mod47 step 0.95x on a Xeon, float32 0.99x (docs/performance.md).
+  // mod47 step 0.96x on a Xeon, float32 within the noise
+  // (docs/performance.md, "The products, shape by shape").
   if constexpr (kEpilogue != gemm::kStore) {
     for (int r = 0; r < kRows; ++r) {
       for (int v = 0; v < kVectors; ++v) {
