@@ -144,11 +144,13 @@ int run_parsed(const Commands& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Before anything computes: the kernels are pinned by re-executing with
-  // the libraries' variables set (twins/environment.h).
+  // Before anything computes: the kernels are pinned, or a BLAS that does
+  // not know this CPU is given the CPU's, by re-executing with the
+  // libraries' variables set (twins/environment.h).
   try {
     if (twins::portable_requested(argc, argv))
       twins::enter_portable_mode(argv);
+    twins::enter_known_blas_core(argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "twin-run: error: %s\n", e.what());
     return 1;

@@ -20,6 +20,7 @@
 #include "optim/registry.h"
 #include "twins/defaults.h"
 #include "twins/device.h"
+#include "twins/environment.h"
 #include "twins/io.h"
 #include "twins/lockstep.h"
 #include "twins/setup.h"
@@ -632,9 +633,13 @@ void check_bench_output(const std::string& path) {
 void write_bench_file(const std::string& path, const BenchMachine& machine,
                       const std::vector<BenchRow>& rows, bool quick,
                       const nlohmann::json& kernels) {
+  // The BLAS and its kernels (OpenBLAS's core): bench/peers.py gives the
+  // eager LibTorch of the same library the same core.
+  const twins::NumericEnv& env = twins::numeric_env("cpu");
   nlohmann::json j = {
       {"date", machine.date},   {"cpu", machine.cpu},
       {"cores", machine.cores}, {"torch_version", TORCH_VERSION},
+      {"blas", env.blas},       {"blas_core", env.blas_core},
       {"quick", quick},         {"rows", bench_to_json(rows)}};
   if (!kernels.is_null())
     j["kernels"] = kernels;

@@ -9,8 +9,9 @@ default shape) it times, side by side in one run:
 - ours: `twin-run bench --rows ROW` (the bench's own median over segments),
   and ROW-fma, the same pair on twins' FMA-chain kernels (--matmul
   fma-chain), where twin-run lists that row;
-- eager PyTorch 1.13 (Debian's python3-torch) and eager PyTorch 2.11 (the
-  CPU side of the CUDA wheel, scripts/torch-venv.sh): bench/eager_pytorch.py;
+- eager PyTorch 1.13 (Debian's python3-torch, on twin-run's OpenBLAS
+  kernels: the core its bench file names) and eager PyTorch 2.11 (the CPU
+  side of the CUDA wheel, scripts/torch-venv.sh): bench/eager_pytorch.py;
 - torch.compile of the same training step under 2.11 (inductor, CPU):
   bench/eager_pytorch.py --compile (its compilation is in the warm-up
   steps, outside the timing, and reported apart); with --max-autotune also
@@ -151,8 +152,19 @@ def main():
                     label = label.replace("ours,", f"ours ({br['matmul']}),")
                 samples.setdefault(label, []).append(br["s_per_pair_step"])
             results.setdefault("twin_run_torch", bench["torch_version"])
+            # Debian's PyTorch 1.13 runs on the same OpenBLAS as twin-run:
+            # the same kernels, where twin-run chose them for a CPU that
+            # OpenBLAS does not know (docs/output-format.md), unless the
+            # caller named a core.
+            core = bench.get("blas_core", "unknown")
+            same_core = ({} if "OPENBLAS_CORETYPE" in base_env
+                         or core in ("", "unknown")
+                         else {"OPENBLAS_CORETYPE": core})
+            results.setdefault("blas_core", core)
             for name, py, flags, t, b in peers:
                 env = dict(base_env, OPENBLAS_NUM_THREADS=str(b))
+                if name == "eager 1.13":
+                    env.update(same_core)
                 j = run_json([py, script, *args, "--steps", str(warmup + timed),
                               "--warmup", str(warmup), "--threads", str(t),
                               *flags], env)

@@ -295,3 +295,55 @@ TEST(NumericEnv, AnUnknownTwinsPortableIsRefused) {
   EXPECT_EQ(off.code, 0) << off.err;
   fs::remove_all(dir);
 }
+
+// A DYNAMIC_ARCH OpenBLAS that does not know the CPU falls back to its
+// Prescott kernels (SSE3); twin-run names the CPU's own core instead:
+// SkylakeX with AVX-512, Haswell with AVX2 and FMA. Every other case
+// keeps the chosen core.
+TEST(NumericEnv, AnUnknownCpuGetsTheCoreOfItsVectorInstructions) {
+  const std::string dynamic =
+      "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Prescott "
+      "MAX_THREADS=64";
+  const twins::CpuVectors none, avx2{true, false}, avx512{true, true};
+  EXPECT_EQ(twins::core_for_unknown_cpu(dynamic, "Prescott", avx512),
+            "SkylakeX");
+  EXPECT_EQ(twins::core_for_unknown_cpu(dynamic, "Prescott", avx2), "Haswell");
+  EXPECT_EQ(twins::core_for_unknown_cpu(dynamic, "Prescott", none), "");
+  for (const char* known : {"Haswell", "SkylakeX", "Zen", "Sandybridge"})
+    EXPECT_EQ(twins::core_for_unknown_cpu(dynamic, known, avx512), "") << known;
+  // A build for one core, or another BLAS, has no other core to take.
+  EXPECT_EQ(twins::core_for_unknown_cpu(
+                "OpenBLAS 0.3.21 NO_LAPACKE NO_AFFINITY Prescott", "Prescott",
+                avx512),
+            "");
+  EXPECT_EQ(twins::core_for_unknown_cpu("Intel(R) oneAPI Math Kernel Library",
+                                        "Prescott", avx512),
+            "");
+}
+
+// On every machine: a plain run's records never name the Prescott
+// fallback on a CPU with AVX2 (on one OpenBLAS does not know, twin-run
+// re-executes with the CPU's core), and a core the caller names stands,
+// Prescott included, without a word on stderr.
+TEST(NumericEnv, APlainRunUsesTheCpusCoreAndACallersCoreStands) {
+  const fs::path dir = fresh_dir("numenv-unknown-cpu");
+  const Outcome plain =
+      twin_run("--opt sgd --steps 1 --quiet --out p.jsonl", dir);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(plain.err, "");
+  const json env = json::parse(slurp(dir / "p.jsonl"))["numeric_env"];
+  const std::string blas = env["blas"];
+  const bool dynamic = blas.rfind("OpenBLAS", 0) == 0 &&
+                       blas.find("DYNAMIC_ARCH") != std::string::npos;
+  if (dynamic && has_avx2())
+    EXPECT_NE(env["blas_core"], "Prescott") << env;
+  const Outcome chosen = twin_run("--opt sgd --steps 1 --quiet --out c.jsonl",
+                                  dir, "OPENBLAS_CORETYPE=Prescott ");
+  ASSERT_EQ(chosen.code, 0) << chosen.err;
+  EXPECT_EQ(chosen.err, "");
+  if (dynamic) {
+    EXPECT_EQ(json::parse(slurp(dir / "c.jsonl"))["numeric_env"]["blas_core"],
+              "Prescott");
+  }
+  fs::remove_all(dir);
+}

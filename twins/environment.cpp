@@ -296,4 +296,46 @@ void enter_portable_mode(char** argv) {
                            std::strerror(errno));
 }
 
+CpuVectors cpu_vectors() {
+  CpuVectors cpu;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  cpu.avx2_fma =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  cpu.avx512 = cpu.avx2_fma && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512cd") &&
+               __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vl");
+#endif
+  return cpu;
+}
+
+std::string core_for_unknown_cpu(const std::string& blas_config,
+                                 const std::string& chosen_core,
+                                 const CpuVectors& cpu) {
+  const bool dynamic = blas_config.rfind("OpenBLAS", 0) == 0 &&
+                       blas_config.find("DYNAMIC_ARCH") != std::string::npos;
+  if (!dynamic || chosen_core != "Prescott" || !cpu.avx2_fma)
+    return "";
+  return cpu.avx512 ? "SkylakeX" : "Haswell";
+}
+
+void enter_known_blas_core(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE"))
+    return;  // the caller's choice, or this re-exec's
+  using Text = char* (*)();
+  auto get_config = symbol<Text>("openblas_get_config");
+  auto get_core = symbol<Text>("openblas_get_corename");
+  if (!get_config || !get_core)
+    return;
+  const std::string core =
+      core_for_unknown_cpu(get_config(), get_core(), cpu_vectors());
+  if (core.empty())
+    return;
+  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+  ::unsetenv("OPENBLAS_CORETYPE");  // not re-executed: not passed on either
+}
+
 }  // namespace twins

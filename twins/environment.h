@@ -70,4 +70,33 @@ bool portable_requested(int argc, char** argv);
 // Call first thing in main.
 void enter_portable_mode(char** argv);
 
+// The vector instructions of a CPU that decide which BLAS kernels can run.
+struct CpuVectors {
+  bool avx2_fma = false;  // AVX2 with FMA: OpenBLAS's Haswell kernels
+  bool avx512 = false;    // AVX-512 F, CD, BW, DQ, VL: its SkylakeX kernels
+};
+// This CPU's (both false off x86).
+CpuVectors cpu_vectors();
+
+// The OpenBLAS core to name for a CPU its DYNAMIC_ARCH build does not
+// know: such a build falls back to its Prescott kernels (SSE3), products
+// several times slower than the CPU's own and other float bits than every
+// AVX2 / AVX-512 machine's (OpenBLAS 0.3.21 on an Intel Xeon of family 6
+// model 207). SkylakeX where the CPU has AVX-512, else Haswell where it has
+// AVX2 with FMA; empty where the chosen core stands: another BLAS, a build
+// for one core, another core than Prescott, or a CPU without AVX2.
+std::string core_for_unknown_cpu(const std::string& blas_config,
+                                 const std::string& chosen_core,
+                                 const CpuVectors& cpu);
+
+// Where OpenBLAS chose its Prescott fallback on a CPU it does not know
+// (core_for_unknown_cpu) and OPENBLAS_CORETYPE is unset, sets it to the
+// CPU's core and re-executes this binary with the same argv, as
+// enter_portable_mode does; the records then name that core in
+// numeric_env.blas_core. A caller's OPENBLAS_CORETYPE, whatever its value,
+// is left as it is. Returns where nothing is to be done, or when the
+// re-exec fails (the run goes on with the chosen core). Call first thing
+// in main, after enter_portable_mode.
+void enter_known_blas_core(char** argv);
+
 }  // namespace twins
