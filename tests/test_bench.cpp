@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
-#include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
 #include "model/flops.h"
@@ -23,6 +23,7 @@
 #include "model/transformer.h"
 #include "twin_run_path.h"
 #include "twins/device.h"
+#include "twins/environment.h"
 
 namespace fs = std::filesystem;
 
@@ -171,6 +172,11 @@ TEST(BenchCommand, QuickRunWritesRowsWithPositiveFigures) {
   std::ifstream f(out);
   const auto j = nlohmann::json::parse(f);
   ASSERT_EQ(j["rows"].size(), 3u);
+  // The BLAS and its kernels, as this process (the same libraries, the
+  // same choice of core: tests/main.cpp) names them.
+  const twins::NumericEnv& env = twins::numeric_env("cpu");
+  EXPECT_EQ(j["blas"], env.blas);
+  EXPECT_EQ(j["blas_core"], env.blas_core);
   for (const auto& r : j["rows"]) {
     // twin-run keeps freed memory (twins::keep_freed_memory): far fewer
     // faults than glibc's defaults make (BenchFaults above).

@@ -335,7 +335,13 @@ void enter_known_blas_core(char** argv) {
     return;
   ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
   ::execv("/proc/self/exe", argv);
+  const int error = errno;
   ::unsetenv("OPENBLAS_CORETYPE");  // not re-executed: not passed on either
+  std::fprintf(stderr,
+               "twin-run: note: cannot re-execute /proc/self/exe with "
+               "OPENBLAS_CORETYPE=%s (%s): running on OpenBLAS's Prescott "
+               "kernels, which it chose for this CPU\n",
+               core.c_str(), std::strerror(error));
 }
 
 }  // namespace twins

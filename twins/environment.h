@@ -95,8 +95,9 @@ std::string core_for_unknown_cpu(const std::string& blas_config,
 // enter_portable_mode does; the records then name that core in
 // numeric_env.blas_core. A caller's OPENBLAS_CORETYPE, whatever its value,
 // is left as it is. Returns where nothing is to be done, or when the
-// re-exec fails (the run goes on with the chosen core). Call first thing
-// in main, after enter_portable_mode.
+// re-exec fails (the run goes on with the chosen core, after a one-line
+// note on stderr). Call first thing in main, after enter_portable_mode;
+// never from the Python module, whose process is the user's interpreter.
 void enter_known_blas_core(char** argv);
 
 }  // namespace twins
