@@ -49,6 +49,10 @@ struct F32 {
         _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
   }
+  // Whether a == b in every lane (false where either is NaN).
+  static bool all_equal(Reg a, Reg b) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_NEQ_UQ)) == 0;
+  }
   // exp's lanes outside its bounds (gemm::ExpConstants).
   static Reg exp_limits(Reg x, Reg e) {
     using C = gemm::ExpConstants<T>;
@@ -90,6 +94,9 @@ struct F64 {
     const __m256i e = _mm256_add_epi64(
         _mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(n)), _mm256_set1_epi64x(1023));
     return _mm256_castsi256_pd(_mm256_slli_epi64(e, 52));
+  }
+  static bool all_equal(Reg a, Reg b) {
+    return _mm256_movemask_pd(_mm256_cmp_pd(a, b, _CMP_NEQ_UQ)) == 0;
   }
   static Reg exp_limits(Reg x, Reg e) {
     using C = gemm::ExpConstants<T>;

@@ -40,6 +40,10 @@ struct F32 {
         _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
   }
+  // Whether a == b in every lane (false where either is NaN).
+  static bool all_equal(Reg a, Reg b) {
+    return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ) == 0;
+  }
   // exp's lanes outside its bounds (gemm::ExpConstants).
   static Reg exp_limits(Reg x, Reg e) {
     using C = gemm::ExpConstants<T>;
@@ -83,6 +87,9 @@ struct F64 {
     const __m512i e = _mm512_add_epi64(
         _mm512_cvtepi32_epi64(_mm512_cvtpd_epi32(n)), _mm512_set1_epi64(1023));
     return _mm512_castsi512_pd(_mm512_slli_epi64(e, 52));
+  }
+  static bool all_equal(Reg a, Reg b) {
+    return _mm512_cmp_pd_mask(a, b, _CMP_NEQ_UQ) == 0;
   }
   static Reg exp_limits(Reg x, Reg e) {
     using C = gemm::ExpConstants<T>;

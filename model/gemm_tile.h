@@ -2,8 +2,8 @@
 // vector type and included by each instruction set's file, which supplies
 // the vector type (`V`: T, kWidth, zero, load, load_first, store,
 // store_first, broadcast, fma, and for the epilogues splat, add, sub, mul,
-// div, min, max, nearest, pow2, exp_limits). Included only there, inside an
-// unnamed namespace: each file's copy is its own.
+// div, min, max, nearest, pow2, exp_limits, all_equal). Included only there,
+// inside an unnamed namespace: each file's copy is its own.
 //
 // A C tile of kRows rows and kVectors vectors is held in registers while p
 // runs over a block of k: per p, kVectors loads of B's row and kRows
@@ -39,7 +39,11 @@ typename V::Reg exp_of(typename V::Reg x) {
   Reg p = V::splat(gemm::exp_coefficient<T>(C::kDegree));
   for (int k = C::kDegree - 1; k >= 0; --k)
     p = V::fma(p, r, V::splat(gemm::exp_coefficient<T>(k)));
-  return V::exp_limits(x, V::mul(p, V::pow2(n)));
+  const Reg e = V::mul(p, V::pow2(n));
+  // Where every lane is inside the bounds (bounded equal to x: none
+  // beyond them, none NaN), exp_limits would return e as it is: one
+  // comparison instead of its three and three blends.
+  return V::all_equal(x, bounded) ? e : V::exp_limits(x, e);
 }
 
 // Entry block `at` of C (its offset from g.c; `width` lanes wide on an

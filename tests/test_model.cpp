@@ -1141,6 +1141,36 @@ TEST(FmaChain, SiluEpiloguesAreTheScalarSequenceOnEveryInstructionSet) {
       c10::Error);
 }
 
+// One vector whose lanes are inside exp's bounds and beyond them (the
+// epilogue's exp checks the whole vector, then fixes its lanes): h of
+// -100, 100, +-inf and NaN among ordinary values give the scalar
+// sequence's SiLU and sigmoid lane by lane (NaN where it is NaN).
+TEST(FmaChain, SiluOfAVectorWithLanesBeyondExpsBoundsIsTheScalarSequence) {
+  if (runnable_isas().empty())
+    GTEST_SKIP() << "this CPU has neither AVX2 with FMA nor AVX-512";
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> row = {0.5, -100, 2,  100,   -3, inf,   0.25, -inf,
+                                   1,   88.5, -1, -88.5, 4,  -87.5, 7,    NAN};
+  for (torch::Dtype dtype : {torch::kFloat, torch::kDouble}) {
+    const bool f32 = dtype == torch::kFloat;
+    const torch::Tensor a = torch::ones({1, 1}, dtype);
+    const torch::Tensor b =
+        torch::tensor(row, torch::kDouble).to(dtype).reshape({1, 16});
+    const auto want = f32 ? silu_oracle<float>(b) : silu_oracle<double>(b);
+    for (model::Isa isa : runnable_isas()) {
+      SCOPED_TRACE(::testing::Message()
+                   << model::isa_name(isa) << " " << dtype);
+      const model::SiluProduct got = model::chain_mm_silu(a, b, isa);
+      for (const auto& [g, w] :
+           {std::pair{got.act, want.first}, std::pair{got.sig, want.second}}) {
+        EXPECT_TRUE(g.isnan().equal(w.isnan()));
+        EXPECT_TRUE(g.nan_to_num(0).equal(w.nan_to_num(0)));
+      }
+      EXPECT_EQ(got.act.isnan().sum().item<int64_t>(), 2);  // NaN, -inf * 0
+    }
+  }
+}
+
 // chain_mlp is W2 silu(W1 x) with its three gradients: float64 to 1e-13
 // of the largest entry against LibTorch's linear and silu (a 3-D input and
 // a strided one), float32 to 1e-5; and at one and two threads the same
