@@ -63,13 +63,22 @@ std::string cpu_capability(const std::string& config) {
 // OPENBLAS_CORETYPE says) is asked at run time, so that a LibTorch on
 // another BLAS still links; its configuration string names the core too,
 // which is cut out here so that a difference names blas_core alone.
-void blas_of(const std::string& config, NumericEnv* env) {
+// OpenBLAS's configuration string and the core it chose, where the BLAS
+// is OpenBLAS (its functions are found in this process); false otherwise.
+bool openblas_choice(std::string* config, std::string* core) {
   using Text = char* (*)();
   auto get_config = symbol<Text>("openblas_get_config");
   auto get_core = symbol<Text>("openblas_get_corename");
-  if (get_config && get_core) {
-    std::string blas = get_config();
-    const std::string core = get_core();
+  if (!get_config || !get_core)
+    return false;
+  *config = get_config();
+  *core = get_core();
+  return true;
+}
+
+void blas_of(const std::string& config, NumericEnv* env) {
+  std::string blas, core;
+  if (openblas_choice(&blas, &core)) {
     const size_t at = core.empty() ? std::string::npos
                                    : blas.find(" " + core);
     if (at != std::string::npos)
@@ -324,13 +333,10 @@ std::string core_for_unknown_cpu(const std::string& blas_config,
 void enter_known_blas_core(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE"))
     return;  // the caller's choice, or this re-exec's
-  using Text = char* (*)();
-  auto get_config = symbol<Text>("openblas_get_config");
-  auto get_core = symbol<Text>("openblas_get_corename");
-  if (!get_config || !get_core)
+  std::string config, chosen;
+  if (!openblas_choice(&config, &chosen))
     return;
-  const std::string core =
-      core_for_unknown_cpu(get_config(), get_core(), cpu_vectors());
+  const std::string core = core_for_unknown_cpu(config, chosen, cpu_vectors());
   if (core.empty())
     return;
   ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
